@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Build the lab's base images locally from Debian packages (no registry is reachable):
+#   debootstrap --variant=minbase <suite>  ->  docker import  ->  Dockerfile adding python3,
+#   python3-apt and systemd. Each result is tagged by a content hash of its inputs, so a
+#   second run with the same inputs reuses it; `:latest` always points at the current hash.
+# Usage: scripts/base-images.sh [suite...]   (default: bookworm, plus trixie if reachable)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+repo=${LAB_IMAGE_REPO:-mm3-lab}
+dockerfile="$here/images/debian-systemd/Dockerfile"
+
+declare -A version=([bookworm]=12 [trixie]=13)
+
+suites=("$@")
+if [ ${#suites[@]} -eq 0 ]; then
+  suites=(bookworm)
+  if [ "${LAB_DEBIAN13:-auto}" != no ] \
+     && curl -fsS --max-time 10 -o /dev/null "$mirror/dists/trixie/Release"; then
+    suites+=(trixie)
+  fi
+fi
+
+for suite in "${suites[@]}"; do
+  v=${version[$suite]:?unknown suite $suite (known: ${!version[*]})}
+  hash=$( { cat "$0" "$dockerfile"; echo "$suite $mirror"; } | sha256sum | cut -c1-12)
+  final="$repo/debian$v-systemd"
+  start=$(date +%s)
+  if docker image inspect "$final:$hash" >/dev/null 2>&1; then
+    docker tag "$final:$hash" "$final:latest"
+    echo "base-images: $final:$hash cached (content hash of the inputs), tagged latest"
+    continue
+  fi
+  rootfs=$(mktemp -d /tmp/rootfs-$suite.XXXXXX)
+  trap 'rm -rf "$rootfs"' EXIT
+  echo "base-images: debootstrap $suite from $mirror (about a minute)"
+  debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \
+    || { tail -20 "$rootfs.log"; echo "base-images: debootstrap $suite failed (log above)" >&2; exit 1; }
+  tar -C "$rootfs" -c . | docker import - "$repo/debian$v-rootfs:$hash" >/dev/null
+  rm -rf "$rootfs" "$rootfs.log"; trap - EXIT
+  echo "base-images: building $final:$hash (python3, python3-apt, systemd)"
+  docker build -q --build-arg "BASE=$repo/debian$v-rootfs:$hash" \
+    --label "org.mm3.content-hash=$hash" -t "$final:$hash" -t "$final:latest" \
+    "$here/images/debian-systemd" >/dev/null
+  echo "base-images: $final:$hash built in $(( $(date +%s) - start )) s"
+done

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Controller set-up, idempotent: a Python >= 3.12 interpreter (ansible-core 2.21 needs it),
+# the virtualenv .venv with requirements.lock, and the collections our roles use, taken from
+# the pinned `ansible` wheel on PyPI (Ansible Galaxy is not reachable from our sites or CI).
+# A stamp (hash of the lock and of this script) makes a second run a no-op.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+venv=${VENV:-.venv}
+ansible_pkg=ansible==14.5.0   # the community package whose wheel carries the collections
+collections=(community/docker ansible/posix community/general community/library_inventory_filtering_v1)
+
+find_python() {
+  local c
+  if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return; fi
+  # 3.12 first: requirements.lock is resolved and tested with it.
+  for c in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 \
+           python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3.13 python3; do
+    if command -v "$c" >/dev/null 2>&1 \
+       && "$c" -c 'import sys, venv; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+      command -v "$c"; return
+    fi
+  done
+  return 1
+}
+
+stamp="$venv/.mm3-stamp"
+want=$(cat requirements.lock "$0" | sha256sum | cut -c1-16)
+if [ -x "$venv/bin/ansible-playbook" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
+   && [ -d collections/ansible_collections/community/docker ]; then
+  echo "bootstrap: $venv and collections are current"
+  exit 0
+fi
+
+py=$(find_python) || {
+  cat >&2 <<'MSG'
+bootstrap: no Python >= 3.12 found (ansible-core 2.21 requires it; python3 here is older).
+  Fix one of:  apt-get install python3.12-venv   (Ubuntu 24.04 / Debian 13)
+               pyenv install 3.12               (then rerun; ~/.pyenv/versions is searched)
+               PYTHON=/path/to/python3.12 make test
+MSG
+  exit 1
+}
+echo "bootstrap: controller Python $("$py" -c 'import sys; print(sys.version.split()[0])') ($py)"
+start=$(date +%s)
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+"$venv/bin/pip" install -q --disable-pip-version-check -r requirements.lock 2>&1 | grep -v '^WARNING: Location' || true
+"$venv/bin/python" -c 'import ansible, molecule, testinfra, docker, huggingface_hub' \
+  || { echo "bootstrap: packages missing after pip install (see above)" >&2; exit 1; }
+
+echo "bootstrap: collections from the $ansible_pkg wheel (no Galaxy)"
+wheels=$(mktemp -d)
+"$venv/bin/pip" download -q --disable-pip-version-check --no-deps -d "$wheels" "$ansible_pkg" 2>&1 \
+  | grep -v '^WARNING: Location' || true
+rm -rf collections.new && mkdir -p collections.new/ansible_collections
+"$venv/bin/python" - "$wheels" collections.new "${collections[@]}" <<'PY' \
+  || { echo "bootstrap: could not extract ${collections[*]} from the wheel" >&2; exit 1; }
+import glob, sys, zipfile
+wheels, dest, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
+with zipfile.ZipFile(glob.glob(wheels + "/ansible-*.whl")[0]) as whl:
+    for name in wanted:
+        members = [m for m in whl.namelist() if m.startswith(f"ansible_collections/{name}/")]
+        if not members:
+            sys.exit(f"collection {name} is not in the wheel")
+        whl.extractall(dest, members)
+PY
+rm -rf "$wheels" collections && mv collections.new collections
+echo "$want" > "$stamp"
+echo "bootstrap: done in $(( $(date +%s) - start )) s"
