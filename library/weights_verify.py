@@ -1,0 +1,312 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Verify a weights directory against its sha256 manifest, hashing files in parallel
+# processes, and keep the "verified" marker that the model server requires.
+"""Ansible module weights_verify."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: weights_verify
+short_description: Verify a model weights directory against a sha256 manifest, in parallel
+description:
+  - Hashes every file named by a C(sha256sum -c) format manifest with several processes
+    (one reused read buffer per process, so memory stays bounded), compares with the manifest
+    and reports failed, missing and extra files, bytes hashed, seconds and rate.
+  - Writes the verified marker (JSON bound to the sha256 of the manifest) only when every
+    file matches and none is missing; removes a stale marker otherwise.
+  - Files under the tool directories C(.cache), C(.rsync-partial) and C(.~tmp~) are ignored.
+version_added: "1.0.0"
+options:
+  path:
+    description: The weights directory; manifest paths are relative to it.
+    type: path
+    required: true
+  manifest:
+    description: The manifest file, C(sha256sum) format (text or binary mode lines).
+    type: path
+    required: true
+  marker:
+    description: Where the verified marker is written (and removed when verification fails).
+    type: path
+    required: true
+  workers:
+    description: Hashing processes; default the number of CPUs.
+    type: int
+  buffer_size:
+    description: Read buffer per process, in bytes.
+    type: int
+    default: 16777216
+  files:
+    description:
+      - Hash only these manifest entries (repair after a full verification); every other
+        manifest entry must still be present. Empty means all entries.
+    type: list
+    elements: str
+    default: []
+  fail_on_mismatch:
+    description: Fail the task when a file is failed or missing (the results are returned either way).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: Hashes and reports, but neither writes nor removes the marker.
+  diff_mode:
+    support: none
+author:
+  - MiniMax-M3 self-hosting project
+"""
+
+EXAMPLES = r"""
+- name: Verify the synced weights
+  weights_verify:
+    path: /data/models/MiniMax-M3-MXFP8
+    manifest: /data/models/MiniMax-M3-MXFP8.manifest.sha256
+    marker: /data/models/MiniMax-M3-MXFP8.verified.json
+  register: weights_sync_verify
+
+- name: Re-verify only the files that were repaired
+  weights_verify:
+    path: /data/models/MiniMax-M3-MXFP8
+    manifest: /data/models/MiniMax-M3-MXFP8.manifest.sha256
+    marker: /data/models/MiniMax-M3-MXFP8.verified.json
+    files: "{{ weights_sync_verify.failed_files + weights_sync_verify.missing_files }}"
+"""
+
+RETURN = r"""
+verified:
+  description: Every manifest file is present and matches.
+  type: bool
+  returned: always
+failed_files:
+  description: Files whose sha256 differs from the manifest (or that could not be read).
+  type: list
+  elements: str
+  returned: always
+missing_files:
+  description: Manifest files absent from the directory.
+  type: list
+  elements: str
+  returned: always
+extra_files:
+  description: Files in the directory that the manifest does not name (reported, not an error).
+  type: list
+  elements: str
+  returned: always
+files:
+  description: Number of manifest entries.
+  type: int
+  returned: always
+files_hashed:
+  description: Number of files hashed by this run.
+  type: int
+  returned: always
+bytes_hashed:
+  description: Bytes read and hashed.
+  type: int
+  returned: always
+seconds:
+  description: Wall-clock seconds spent hashing.
+  type: float
+  returned: always
+rate:
+  description: Bytes per second (bytes_hashed / seconds).
+  type: float
+  returned: always
+workers:
+  description: Processes used.
+  type: int
+  returned: always
+manifest_sha256:
+  description: sha256 of the manifest file (what the marker is bound to).
+  type: str
+  returned: always
+marker_written:
+  description: The marker was (or in check mode would be) written.
+  type: bool
+  returned: always
+marker_removed:
+  description: A stale marker was (or would be) removed.
+  type: bool
+  returned: always
+"""
+
+import datetime
+import json
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.weights_common import (
+    ManifestError,
+    compare,
+    list_files,
+    marker_document,
+    marker_valid,
+    parse_manifest,
+    sha256_file,
+    sha256_text,
+)
+
+
+def _hash_one(args):
+    """Worker: (relpath, fullpath, buffer_size) -> (relpath, digest or None, bytes, error)."""
+    rel, full, buffer_size = args
+    try:
+        digest, nbytes = sha256_file(full, buffer_size)
+        return rel, digest, nbytes, None
+    except OSError as exc:
+        return rel, None, 0, str(exc)
+
+
+def plan_hashing(entries, present, only, sizes):
+    """Which files to hash, largest first (so the long ones start early).
+
+    entries: [(relpath, sha256)]; present: set of relpaths on disk; only: subset or empty;
+    sizes: {relpath: bytes}. Returns the list of relpaths.
+    """
+    wanted = [p for p, _ in entries if p in present and (not only or p in only)]
+    return sorted(wanted, key=lambda p: (-sizes.get(p, 0), p))
+
+
+def hash_files(root, relpaths, workers, buffer_size):
+    """Hash files in parallel processes. Returns ({relpath: digest or None}, bytes, errors)."""
+    digests, errors, total = {}, {}, 0
+    jobs = [(rel, os.path.join(root, rel), buffer_size) for rel in relpaths]
+    if not jobs:
+        return digests, 0, errors
+    workers = max(1, min(workers, len(jobs)))
+    if workers == 1:
+        results = map(_hash_one, jobs)
+        for rel, digest, nbytes, err in results:
+            digests[rel], total = digest, total + nbytes
+            if err:
+                errors[rel] = err
+        return digests, total, errors
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for rel, digest, nbytes, err in pool.map(_hash_one, jobs, chunksize=1):
+            digests[rel], total = digest, total + nbytes
+            if err:
+                errors[rel] = err
+    return digests, total, errors
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            manifest=dict(type="path", required=True),
+            marker=dict(type="path", required=True),
+            workers=dict(type="int"),
+            buffer_size=dict(type="int", default=16777216),
+            files=dict(type="list", elements="str", default=[]),
+            fail_on_mismatch=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    root = p["path"].rstrip("/") or "/"
+    workers = p["workers"] or os.cpu_count() or 1
+    if workers < 1 or p["buffer_size"] < 65536:
+        module.fail_json(msg="workers must be >= 1 and buffer_size >= 65536 (got %s, %s)"
+                         % (workers, p["buffer_size"]))
+    if not os.path.isdir(root):
+        module.fail_json(msg="weights directory %s does not exist: sync or download it first" % root)
+    try:
+        with open(p["manifest"], "rb") as f:
+            manifest_bytes = f.read()
+    except OSError as exc:
+        module.fail_json(msg="cannot read the manifest %s: %s" % (p["manifest"], exc))
+    manifest_sha256 = sha256_text(manifest_bytes)
+    try:
+        entries = parse_manifest(manifest_bytes.decode("utf-8"))
+    except (ManifestError, UnicodeDecodeError) as exc:
+        module.fail_json(msg="manifest %s is not usable: %s" % (p["manifest"], exc),
+                         manifest_sha256=manifest_sha256)
+
+    names = {path for path, _ in entries}
+    only = set(p["files"])
+    unknown = sorted(only - names)
+    if unknown:
+        module.fail_json(msg="files not in the manifest: %s" % ", ".join(unknown))
+
+    present = list_files(root)
+    sizes = {}
+    for rel in present & names:
+        try:
+            sizes[rel] = os.path.getsize(os.path.join(root, rel))
+        except OSError:
+            sizes[rel] = 0
+    todo = plan_hashing(entries, present, only, sizes)
+
+    start = time.monotonic()
+    digests, nbytes, errors = hash_files(root, todo, workers, p["buffer_size"])
+    seconds = max(time.monotonic() - start, 1e-9)
+
+    if only:
+        # Entries not re-hashed are taken as matching (the previous full run checked them);
+        # they must still be present.
+        for path, digest in entries:
+            if path not in only and path in present:
+                digests[path] = digest
+    outcome = compare(entries, digests, present)
+
+    marker_text = None
+    if os.path.exists(p["marker"]):
+        try:
+            with open(p["marker"], "r") as f:
+                marker_text = f.read()
+        except OSError:
+            marker_text = ""
+    marker_written = marker_removed = False
+    if outcome["ok"]:
+        if not marker_valid(marker_text, manifest_sha256, root):
+            marker_written = True
+            if not module.check_mode:
+                doc = marker_document(
+                    manifest_sha256, root, len(entries),
+                    sum(sizes.get(path, 0) for path in names),
+                    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                tmp = p["marker"] + ".tmp"
+                with open(tmp, "w") as f:
+                    json.dump(doc, f, indent=2, sort_keys=True)
+                    f.write("\n")
+                os.replace(tmp, p["marker"])
+    elif marker_text is not None:
+        marker_removed = True
+        if not module.check_mode:
+            os.unlink(p["marker"])
+
+    result = dict(
+        changed=marker_written or marker_removed,
+        verified=outcome["ok"],
+        failed_files=outcome["failed_files"],
+        missing_files=outcome["missing_files"],
+        extra_files=outcome["extra_files"],
+        read_errors=errors,
+        files=len(entries),
+        files_hashed=len(todo),
+        bytes_hashed=nbytes,
+        seconds=round(seconds, 3),
+        rate=round(nbytes / seconds, 1),
+        workers=max(1, min(workers, len(todo) or 1)),
+        manifest_sha256=manifest_sha256,
+        marker_written=marker_written,
+        marker_removed=marker_removed,
+    )
+    if not outcome["ok"] and p["fail_on_mismatch"]:
+        module.fail_json(
+            msg="%s does not match its manifest: %d failed (%s), %d missing (%s); re-sync these files"
+            % (root, len(outcome["failed_files"]), ", ".join(outcome["failed_files"][:10]),
+               len(outcome["missing_files"]), ", ".join(outcome["missing_files"][:10])),
+            **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+"""Unit tests of the weights modules: weights_verify, weights_manifest and their shared code.
+
+Pure functions are called directly; main() runs with ansible-core's patch_module_args on real
+files in a temporary directory (no mocks of hashing or the file system).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+common = _load("ansible.module_utils.weights_common", os.path.join(ROOT, "module_utils", "weights_common.py"))
+verify = _load("weights_verify", os.path.join(ROOT, "library", "weights_verify.py"))
+manifest_mod = _load("weights_manifest", os.path.join(ROOT, "library", "weights_manifest.py"))
+
+from ansible.module_utils.testing import patch_module_args  # noqa: E402
+
+H1 = "a" * 64
+H2 = "b" * 64
+
+
+# --- manifest parsing -------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("%s  model.safetensors\n" % H1, [("model.safetensors", H1)]),
+    ("%s *model.safetensors\n" % H1, [("model.safetensors", H1)]),          # binary mode
+    ("%s  a b.py\n%s  sub/c.json\n" % (H1, H2), [("a b.py", H1), ("sub/c.json", H2)]),
+    ("# comment\n\n%s  x\r\n" % H1.upper(), [("x", H1)]),                  # case, CRLF, comments
+])
+def test_parse_manifest_accepts(text, expected):
+    assert common.parse_manifest(text) == expected
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("", "lists no files"),
+    ("%s model\n" % H1[:63], "sha256sum format"),
+    ("nothex  file\n", "sha256sum format"),
+    ("%s\tfile\n" % H1, "sha256sum format"),
+    ("%s  /etc/passwd\n" % H1, "relative"),
+    ("%s  ../x\n" % H1, "relative"),
+    ("%s  a//b\n" % H1, "relative"),
+    ("%s  x\n%s  x\n" % (H1, H2), "duplicate"),
+    ("\\%s  a\\nb\n" % H1, "escaped"),
+])
+def test_parse_manifest_refuses(text, needle):
+    with pytest.raises(common.ManifestError, match=needle):
+        common.parse_manifest(text)
+
+
+def test_format_manifest_roundtrip_and_sha256sum_format():
+    text = common.format_manifest([("z.py", H2), ("a/b.safetensors", H1)])
+    assert text == "%s  a/b.safetensors\n%s  z.py\n" % (H1, H2)
+    assert common.parse_manifest(text) == [("a/b.safetensors", H1), ("z.py", H2)]
+    with pytest.raises(common.ManifestError):
+        common.format_manifest([("x", "123")])
+
+
+# --- comparison and marker --------------------------------------------------------------
+
+def test_compare_all_cases():
+    expected = [("a", H1), ("b", H2), ("c", H1)]
+    out = common.compare(expected, {"a": H1, "b": H1}, {"a", "b", "extra.txt"})
+    assert out == {"ok": False, "failed_files": ["b"], "missing_files": ["c"], "extra_files": ["extra.txt"]}
+    assert common.compare(expected, {"a": H1, "b": H2, "c": H1}, {"a", "b", "c"})["ok"] is True
+    # an unreadable file (digest None) is failed, not passed
+    assert common.compare([("a", H1)], {"a": None}, {"a"})["failed_files"] == ["a"]
+
+
+@pytest.mark.parametrize("text,sha,path,valid", [
+    (None, H1, None, False),
+    ("not json", H1, None, False),
+    ("[]", H1, None, False),
+    (json.dumps({"manifest_sha256": H1, "path": "/d"}), H1, "/d", True),
+    (json.dumps({"manifest_sha256": H1, "path": "/d"}), H2, "/d", False),    # other manifest
+    (json.dumps({"manifest_sha256": H1, "path": "/d"}), H1, "/other", False),
+])
+def test_marker_valid(text, sha, path, valid):
+    assert common.marker_valid(text, sha, path) is valid
+
+
+def test_git_blob_sha1_matches_git():
+    # `printf 'hello\n' | git hash-object --stdin`
+    assert common.git_blob_sha1(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
+
+
+def test_sha256_file_small_buffer(tmp_path):
+    data = os.urandom(300_000)
+    f = tmp_path / "x"
+    f.write_bytes(data)
+    assert common.sha256_file(str(f), 65536) == (hashlib.sha256(data).hexdigest(), len(data))
+
+
+def test_plan_hashing_largest_first_and_subset():
+    entries = [("a", H1), ("b", H1), ("c", H1), ("d", H1)]
+    sizes = {"a": 1, "b": 30, "c": 20}
+    assert verify.plan_hashing(entries, {"a", "b", "c"}, set(), sizes) == ["b", "c", "a"]
+    assert verify.plan_hashing(entries, {"a", "b", "c"}, {"a", "d"}, sizes) == ["a"]
+
+
+# --- weights_verify main() on real files -----------------------------------------------
+
+def _make_dir(tmp_path, n=4, size=200_000):
+    wdir = tmp_path / "weights"
+    (wdir / "sub").mkdir(parents=True)
+    lines = []
+    for i in range(n):
+        rel = "model-%05d.safetensors" % i if i else "sub/modeling.py"
+        data = os.urandom(size if i else 1000)
+        (wdir / rel).write_bytes(data)
+        lines.append("%s  %s\n" % (hashlib.sha256(data).hexdigest(), rel))
+    # tool dirs are ignored
+    (wdir / ".cache" / "huggingface").mkdir(parents=True)
+    (wdir / ".cache" / "huggingface" / "x.metadata").write_text("junk")
+    man = tmp_path / "weights.manifest.sha256"
+    man.write_text("".join(lines))
+    return wdir, man, tmp_path / "weights.verified.json"
+
+
+def _run(module, args, check=False):
+    if check:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            module.main()
+
+
+def _result(capsys):
+    return json.loads(capsys.readouterr().out)
+
+
+def test_verify_main_ok_writes_marker_then_idempotent(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2,
+            "buffer_size": 65536}
+    _run(verify, args, check=True)
+    res = _result(capsys)
+    assert res["verified"] and res["changed"] and res["marker_written"] and not marker.exists()
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["verified"] and res["changed"] and res["files"] == 4 and res["files_hashed"] == 4
+    assert res["bytes_hashed"] == 3 * 200_000 + 1000 and res["rate"] > 0 and res["extra_files"] == []
+    doc = json.loads(marker.read_text())
+    assert doc["manifest_sha256"] == hashlib.sha256(man.read_bytes()).hexdigest()
+    assert doc["path"] == str(wdir) and doc["files"] == 4 and doc["bytes"] == 600_000 + 1000
+    assert doc["verified_at"].endswith("Z")
+    _run(verify, args)
+    assert _result(capsys)["changed"] is False
+
+
+def test_verify_main_flipped_byte_missing_extra_removes_marker(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2}
+    _run(verify, args)
+    _result(capsys)
+    shard = wdir / "model-00002.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[12345] ^= 0x01
+    shard.write_bytes(bytes(data))
+    (wdir / "model-00003.safetensors").unlink()
+    (wdir / "stray.bin").write_bytes(b"x")
+    _run(verify, args, check=True)               # check mode: reports, removes nothing
+    res = _result(capsys)
+    assert res["failed"] and res["marker_removed"] and marker.exists()
+    _run(verify, dict(args, fail_on_mismatch=False))
+    res = _result(capsys)
+    assert not res.get("failed") and res["verified"] is False
+    assert res["failed_files"] == ["model-00002.safetensors"]
+    assert res["missing_files"] == ["model-00003.safetensors"]
+    assert res["extra_files"] == ["stray.bin"] and res["marker_removed"] and not marker.exists()
+
+
+def test_verify_main_subset_for_repair(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
+            "files": ["model-00001.safetensors"]}
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["verified"] and res["files_hashed"] == 1 and res["bytes_hashed"] == 200_000
+    (wdir / "sub" / "modeling.py").unlink()      # absence still counts in a subset run
+    _run(verify, dict(args, fail_on_mismatch=False))
+    res = _result(capsys)
+    assert res["missing_files"] == ["sub/modeling.py"] and not marker.exists()
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"manifest": "/nonexistent/m"}, "cannot read the manifest"),
+    ({"path": "/nonexistent/w"}, "does not exist"),
+    ({"files": ["not-listed"]}, "not in the manifest"),
+    ({"buffer_size": 10}, "buffer_size"),
+])
+def test_verify_main_refusals(tmp_path, capsys, change, needle):
+    wdir, man, marker = _make_dir(tmp_path)
+    args = dict({"path": str(wdir), "manifest": str(man), "marker": str(marker)}, **change)
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["failed"] and needle in res["msg"]
+
+
+def test_verify_main_bad_manifest(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)
+    man.write_text("garbage line\n")
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker)})
+    res = _result(capsys)
+    assert res["failed"] and "not usable" in res["msg"]
+
+
+# --- weights_manifest ---------------------------------------------------------------------
+
+REV = "0512cce9a02b4cad311a0bed56bb1b8a90f6afd0"
+
+
+def _hub_dir(tmp_path, tamper=None):
+    """A local dir as `hf download` leaves it, plus the hub listing of the revision."""
+    files = {"LICENSE": b"licence text\n", "config.json": b"{}\n", "modeling_m3.py": b"print(1)\n",
+             "model-00001.safetensors": os.urandom(100_000)}
+    wdir = tmp_path / "dl"
+    meta = wdir / ".cache" / "huggingface" / "download"
+    meta.mkdir(parents=True)
+    tree = []
+    for name, data in files.items():
+        lfs = name.endswith(".safetensors")
+        sha = hashlib.sha256(data).hexdigest()
+        blob = common.git_blob_sha1(data)
+        entry = {"type": "file", "path": name, "size": len(data), "oid": blob}
+        if lfs:
+            entry["lfs"] = {"oid": sha, "size": len(data), "pointerSize": 132}
+        tree.append(entry)
+        (wdir / name).write_bytes(tamper(name, data) if tamper else data)
+        (meta / (name + ".metadata")).write_text("%s\n%s\n1795976411.7\n" % (REV, sha if lfs else blob))
+    tree.append({"type": "directory", "path": "sub", "oid": "c" * 40, "size": 0})
+    return wdir, tree, files
+
+
+def test_listed_files_and_plan(tmp_path):
+    wdir, tree, files = _hub_dir(tmp_path)
+    entries = manifest_mod.listed_files(tree)
+    assert [e["path"] for e in entries] == sorted(files)
+    local = {"LICENSE": {"size": len(files["LICENSE"]), "metadata": {"commit": REV, "etag": entries[0]["oid"]}},
+             "config.json": {"size": 1, "metadata": {"commit": REV, "etag": entries[1]["oid"]}}}
+    out = manifest_mod.plan(entries, REV, local)
+    assert out["complete_files"] == ["LICENSE"]
+    assert out["pending_bytes"] == sum(len(v) for k, v in files.items() if k != "LICENSE")
+    assert out["total_bytes"] == sum(len(v) for v in files.values())
+
+
+@pytest.mark.parametrize("tree,needle", [
+    ([], "names no files"),
+    ([{"type": "file", "path": "x", "size": 1, "oid": "zz"}], "neither"),
+    ([{"type": "file", "path": "x", "size": 1, "oid": "a" * 40, "lfs": {"oid": "short"}}], "not a sha256"),
+    ([{"type": "file", "path": "../x", "size": 1, "oid": "a" * 40}], "relative"),
+])
+def test_listed_files_refuses(tree, needle):
+    with pytest.raises(common.ManifestError, match=needle):
+        manifest_mod.listed_files(tree)
+
+
+def test_anchor_entry_cases():
+    data = b"print(1)\n"
+    small = {"path": "m.py", "size": len(data), "oid": common.git_blob_sha1(data), "lfs_sha256": None}
+    meta = {"commit": REV, "etag": small["oid"]}
+    assert manifest_mod.anchor_entry(small, REV, meta, lambda: data) == (hashlib.sha256(data).hexdigest(), "small")
+    with pytest.raises(manifest_mod.AnchorError, match="other bytes"):
+        manifest_mod.anchor_entry(small, REV, meta, lambda: b"print(2)\n")
+    with pytest.raises(manifest_mod.AnchorError, match="not the pinned"):
+        manifest_mod.anchor_entry(small, REV, {"commit": "f" * 40, "etag": small["oid"]}, lambda: data)
+    with pytest.raises(manifest_mod.AnchorError, match="no download metadata"):
+        manifest_mod.anchor_entry(small, REV, None, lambda: data)
+    lfs = {"path": "s", "size": 1, "oid": "a" * 40, "lfs_sha256": H1}
+    assert manifest_mod.anchor_entry(lfs, REV, {"commit": REV, "etag": H1}, None) == (H1, "lfs")
+    with pytest.raises(manifest_mod.AnchorError, match="differs from the etag"):
+        manifest_mod.anchor_entry(lfs, REV, {"commit": REV, "etag": H2}, None)
+
+
+def test_parse_metadata():
+    assert manifest_mod.parse_metadata('%s\n"%s"\n1.0\n' % (REV.upper(), H1)) == {"commit": REV, "etag": H1}
+    assert manifest_mod.parse_metadata("only-one-line") is None
+
+
+def test_manifest_main_writes_sha256sum_file(tmp_path, capsys):
+    wdir, tree, files = _hub_dir(tmp_path)
+    (wdir / ".cache" / "huggingface" / "download" / "x.incomplete").write_bytes(b"partial")
+    dest = tmp_path / "dl.manifest.sha256"
+    args = {"path": str(wdir), "revision": REV, "tree": tree, "dest": str(dest)}
+    _run(manifest_mod, dict(args, state="planned"))
+    res = _result(capsys)
+    assert res["pending_files"] == [] and res["stale_incomplete"] == ["x.incomplete"] and not res["changed"]
+    _run(manifest_mod, args)
+    res = _result(capsys)
+    assert res["changed"] and res["lfs_files"] == 1 and res["small_files"] == 3
+    assert res["license_sha256"] == hashlib.sha256(files["LICENSE"]).hexdigest()
+    assert res["manifest_sha256"] == hashlib.sha256(dest.read_bytes()).hexdigest()
+    parsed = dict(common.parse_manifest(dest.read_text()))
+    assert parsed == {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
+    _run(manifest_mod, args)
+    assert _result(capsys)["changed"] is False
+
+
+def test_manifest_main_refuses_other_bytes_and_missing_license(tmp_path, capsys):
+    wdir, tree, _files = _hub_dir(tmp_path, tamper=lambda n, d: b"# evil\n" if n == "modeling_m3.py" else d)
+    args = {"path": str(wdir), "revision": REV, "tree": tree, "dest": str(tmp_path / "m")}
+    _run(manifest_mod, args)
+    res = _result(capsys)
+    assert res["failed"] and "modeling_m3.py" in res["msg"] and not (tmp_path / "m").exists()
+    wdir2, tree2, _ = _hub_dir(tmp_path / "two")
+    _run(manifest_mod, {"path": str(wdir2), "revision": REV, "tree": tree2, "dest": str(tmp_path / "m"),
+                        "license_file": "LICENCE.md"})
+    res = _result(capsys)
+    assert res["failed"] and "no LICENCE.md" in res["msg"]
+    _run(manifest_mod, {"path": str(wdir2), "revision": REV[:7], "tree": tree2, "dest": str(tmp_path / "m")})
+    assert "40-hex" in _result(capsys)["msg"]
+
+
+def test_manifest_main_pending_refused(tmp_path, capsys):
+    wdir, tree, _files = _hub_dir(tmp_path)
+    (wdir / "model-00001.safetensors").unlink()
+    _run(manifest_mod, {"path": str(wdir), "revision": REV, "tree": tree, "dest": str(tmp_path / "m")})
+    res = _result(capsys)
+    assert res["failed"] and res["pending_files"] == ["model-00001.safetensors"]
+
+
+# --- DOCUMENTATION and argument_spec in step ------------------------------------------------
+
+def _spec_of(module, monkeypatch):
+    captured = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_init(self, argument_spec, **kwargs):
+        captured.update(argument_spec)
+        raise Stop()
+    monkeypatch.setattr(module.AnsibleModule, "__init__", fake_init)
+    with pytest.raises(Stop):
+        module.main()
+    return captured
+
+
+@pytest.mark.parametrize("module", [verify, manifest_mod])
+def test_documentation_matches_argument_spec(module, monkeypatch):
+    doc = yaml.safe_load(module.DOCUMENTATION)["options"]
+    spec = _spec_of(module, monkeypatch)
+    assert set(doc) == set(spec)
+    for name, opt in spec.items():
+        assert doc[name].get("type", "str") == opt.get("type", "str"), name
+        assert doc[name].get("required", False) == opt.get("required", False), name
+        assert doc[name].get("default") == opt.get("default"), name
+        assert doc[name].get("choices") == opt.get("choices"), name
+        assert doc[name].get("elements") == opt.get("elements"), name
+    yaml.safe_load(module.EXAMPLES)
+    yaml.safe_load(module.RETURN)
