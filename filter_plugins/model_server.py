@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+"""Filters of the `model_server` role: turn `serving_spec` into the container's argv and
+into the text forms the role installs (a shell command for review, a systemd ExecStart).
+
+Pure functions; tests/unit/test_model_server_filters.py calls them directly and the golden
+tests (tests/test_plan_golden.py) compare what playbooks/plan.yml renders with them.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+_SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def docker_run_argv(spec, name="minimax-m3", shm_size="32g", config_host_path=None,
+                    config_container_path=None, docker_bin="docker"):
+    """The `docker run` argv for a resolved serving_spec, in the seed's order:
+
+    docker run --rm --name N <device args> --shm-size 32g --ipc=host -p B:P:CP
+      -e HF_HUB_OFFLINE=1 [-e K=V ...] -v WEIGHTS:/models/X:ro [-v CONFIG:CCONFIG:ro]
+      IMAGE <engine command> [--config CCONFIG]
+
+    The config file (holding the API key) is mounted and passed only when spec.auth is true,
+    so the key never appears in argv, the unit or `docker inspect`.
+    """
+    argv = [docker_bin, "run", "--rm", "--name", name]
+    argv += [str(a) for a in spec.get("device_args") or []]
+    argv += ["--shm-size", str(shm_size), "--ipc=host"]
+    argv += ["-p", "%s:%s:%s" % (spec["bind_address"], spec["port"], spec["container_port"])]
+    argv += ["-e", "HF_HUB_OFFLINE=1"]
+    for key in sorted(spec.get("env") or {}):
+        argv += ["-e", "%s=%s" % (key, spec["env"][key])]
+    weights = spec["weights"]
+    argv += ["-v", "%s:%s:ro" % (weights["dir"], weights["container_dir"])]
+    with_config = bool(spec.get("auth")) and config_host_path and config_container_path
+    if with_config:
+        argv += ["-v", "%s:%s:ro" % (config_host_path, config_container_path)]
+    argv += [spec["image"]["ref"]]
+    argv += [str(a) for a in spec.get("command") or []]
+    if with_config:
+        argv += ["--config", config_container_path]
+    return argv
+
+
+def msa_gate_argv(spec, gate_command, name="minimax-m3", docker_bin="docker"):
+    """One-shot, single-process container for the MSA JIT warm-up gate: same image, same
+    devices and environment as the server, no port, no weights; exits non-zero when the gate
+    fails, which stops the unit before the multi-rank start."""
+    argv = [docker_bin, "run", "--rm", "--name", name + "-msa-gate"]
+    argv += [str(a) for a in spec.get("device_args") or []]
+    argv += ["--ipc=host", "-e", "HF_HUB_OFFLINE=1"]
+    for key in sorted(spec.get("env") or {}):
+        argv += ["-e", "%s=%s" % (key, spec["env"][key])]
+    argv += [spec["image"]["ref"]]
+    argv += [str(a) for a in gate_command]
+    return argv
+
+
+def _lines(tokens, breaks=()):
+    """Group tokens the seed's way: `docker run --rm --name N` on the first line, then a new
+    line before every option and before the first occurrence of each token in `breaks`
+    (the image reference, the engine command)."""
+    pending = [str(b) for b in breaks or []]
+    lines = [[]]
+    for index, token in enumerate(tokens):
+        starts = index > 4 and token.startswith("-")
+        if token in pending:
+            pending.remove(token)
+            starts = True
+        if lines[-1] and starts:
+            lines.append([])
+        lines[-1].append(token)
+    return lines
+
+
+def shell_join(argv, breaks=()):
+    """A shell command, one option per line with `\\` continuations (the seed's layout)."""
+    lines = _lines([str(t) for t in argv], breaks)
+    return " \\\n  ".join(" ".join(shlex.quote(t) for t in line) for line in lines) + "\n"
+
+
+def systemd_quote(token):
+    """Quote one argument for a systemd Exec line: % and $ doubled, quoted when needed."""
+    token = str(token).replace("%", "%%").replace("$", "$$")
+    if _SYSTEMD_PLAIN.match(token):
+        return token
+    return '"' + token.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def systemd_join(argv, breaks=()):
+    """An Exec line value, one option per line with `\\` continuations."""
+    lines = _lines([str(t) for t in argv], breaks)
+    return " \\\n    ".join(" ".join(systemd_quote(t) for t in line) for line in lines)
+
+
+def command_tokens(text):
+    """Split a rendered shell command back into argv (line continuations removed)."""
+    return shlex.split(text.replace("\\\n", " "))
+
+
+class FilterModule(object):
+    """model_server_docker_argv, model_server_msa_gate_argv, model_server_shell_join,
+    model_server_systemd_join."""
+
+    def filters(self):
+        return {
+            "model_server_docker_argv": docker_run_argv,
+            "model_server_msa_gate_argv": msa_gate_argv,
+            "model_server_shell_join": shell_join,
+            "model_server_systemd_join": systemd_join,
+        }

@@ -1,0 +1,17 @@
+docker run --rm --name minimax-m3 \
+  --shm-size 32g \
+  --ipc=host \
+  -p 127.0.0.1:30000:8000 \
+  -e HF_HUB_OFFLINE=1 \
+  -e VLLM_CPU_KVCACHE_SPACE=1 \
+  -v /data/models/tiny-m3:/models/tiny-m3:ro \
+  mm3-lab/vllm-cpu:lab \
+  vllm serve \
+  --model /models/tiny-m3 \
+  --max-model-len 4096 \
+  --enforce-eager \
+  --reasoning-parser qwen3 \
+  --enable-auto-tool-choice \
+  --tool-call-parser hermes \
+  --host 0.0.0.0 \
+  --port 8000

@@ -1,0 +1,18 @@
+docker run --rm --name minimax-m3 \
+  --gpus all \
+  --shm-size 32g \
+  --ipc=host \
+  -p 127.0.0.1:30000:8000 \
+  -e HF_HUB_OFFLINE=1 \
+  -v /data/models/MiniMax-M3:/models/MiniMax-M3:ro \
+  vllm/vllm-openai:minimax-m3 \
+  vllm serve \
+  --model /models/MiniMax-M3 \
+  --tensor-parallel-size 8 \
+  --block-size 128 \
+  --max-model-len 65536 \
+  --tool-call-parser minimax_m3 \
+  --enable-auto-tool-choice \
+  --reasoning-parser minimax_m3 \
+  --host 0.0.0.0 \
+  --port 8000

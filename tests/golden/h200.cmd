@@ -1,0 +1,17 @@
+docker run --rm --name minimax-m3 \
+  --gpus all \
+  --shm-size 32g \
+  --ipc=host \
+  -p 127.0.0.1:30000:30000 \
+  -e HF_HUB_OFFLINE=1 \
+  -v /data/models/MiniMax-M3:/models/MiniMax-M3:ro \
+  lmsysorg/sglang:dev-cu12-minimax-m3 \
+  sglang serve \
+  --trust-remote-code \
+  --model-path /models/MiniMax-M3 \
+  --reasoning-parser auto \
+  --tool-call-parser auto \
+  --tp 8 \
+  --mem-fraction-static 0.75 \
+  --host 0.0.0.0 \
+  --port 30000

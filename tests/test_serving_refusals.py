@@ -1,0 +1,145 @@
+"""Refusals of the `serving` role, each driven through ansible-playbook (real runs, no mocks).
+
+Every refusal the issue lists is one case: the run must fail (rc != 0) before anything
+changes, and the message must name the fix. Positive twins show the same input passes once
+the fix is applied. Runs tests/playbooks/serving-resolve.yml on localhost.
+"""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PLAYBOOK = ROOT / "tests" / "playbooks" / "serving-resolve.yml"
+DIGEST = "sha256:" + "a" * 64  # a well-formed digest for profiles the matrix leaves unpinned
+SECRET = "test-key-7f3a9c1e-never-printed"
+
+
+def run_serving(extra, tmp_path):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=str(ROOT / ".venv" / "bin") + os.pathsep
+               + os.environ.get("PATH", ""))
+    spec_out = tmp_path / "spec.json"
+    extra = dict(extra, spec_out=str(spec_out))
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", "localhost,", str(PLAYBOOK), "-e", json.dumps(extra)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    spec = json.loads(spec_out.read_text()) if spec_out.exists() else None
+    return proc.returncode, " ".join(out.split()), spec
+
+
+REFUSALS = [
+    ("unknown-profile", {"serving_profile": "z100"},
+     ["'z100' is not in the hardware matrix", "valid profiles: b200, b300, cpu-lab, gb200, gb300, "
+      "h200, mi300x, mi325x, mi350x, mi355x"]),
+    ("empty-profile", {"serving_profile": ""}, ["serving_profile is not set", "valid profiles"]),
+    ("engine-without-flags", {"serving_profile": "b200", "serving_engine": "vllm"},
+     ["no flags for engine 'vllm'", "engines with flags for it: sglang"]),
+    ("inferred-gb200", {"serving_profile": "gb200", "serving_image": {"digest": DIGEST}},
+     ["status 'inferred'", "serving_allow_inferred: true"]),
+    ("inferred-mi350x", {"serving_profile": "mi350x", "serving_image": {"digest": DIGEST}},
+     ["status 'inferred'", "serving_allow_inferred: true"]),
+    ("inferred-mi325x", {"serving_profile": "mi325x", "serving_image": {"digest": DIGEST}},
+     ["status 'inferred'", "serving_allow_inferred: true"]),
+    ("gpu-count-not-tp", {"serving_profile": "b200", "serving_gpu_count": 4},
+     ["serving_gpu_count is 4 but profile 'b200' needs 8 GPUs (TP 8)"]),
+    ("gpu-count-b300", {"serving_profile": "b300", "serving_gpu_count": 8,
+                        "serving_image": {"digest": DIGEST}},
+     ["serving_gpu_count is 8 but profile 'b300' needs 4 GPUs (TP 4)"]),
+    ("video", {"serving_profile": "b200", "serving_capabilities": ["text", "video"]},
+     ["includes 'video'", "remove it"]),
+    ("image-on-rocm", {"serving_profile": "mi355x", "serving_image": {"digest": DIGEST},
+                       "serving_capabilities": ["text", "image"]},
+     ["'image' on ROCm profile 'mi355x'"]),
+    ("revision-not-hex", {"serving_profile": "b200", "serving_weights_revision": "main"},
+     ["revision 'main'", "not a 40-hex commit", "serving_weights_revision"]),
+    ("revision-short", {"serving_profile": "b200", "serving_weights_revision": "c5454eb"},
+     ["not a 40-hex commit"]),
+    ("revision-missing-bf16", {"serving_profile": "h200", "serving_image": {"digest": DIGEST}},
+     ["no pinned weights revision for MiniMaxAI/MiniMax-M3", "serving_weights_revision"]),
+    ("image-without-digest", {"serving_profile": "b300"},
+     ["image lmsysorg/sglang has no digest", "serving_allow_unpinned_image"]),
+    ("image-digest-malformed", {"serving_profile": "b200", "serving_image": {"digest": "sha256:abc"}},
+     ["image digest 'sha256:abc' is not 'sha256:<64 hex>'"]),
+    ("bind-all-without-key", {"serving_profile": "b200", "serving_bind_address": "0.0.0.0"},
+     ["serving_bind_address 0.0.0.0 is not loopback and serving_api_key is not set"]),
+    ("bind-lan-without-key", {"serving_profile": "b200", "serving_bind_address": "10.1.2.3"},
+     ["serving_bind_address 10.1.2.3 is not loopback"]),
+    ("port-zero", {"serving_profile": "b200", "serving_port": 0}, ["serving_port 0 is outside 1-65535"]),
+    ("port-too-high", {"serving_profile": "b200", "serving_port": 70000},
+     ["serving_port 70000 is outside 1-65535"]),
+    ("tuning-unknown", {"serving_profile": "b200", "serving_tuning": ["turbo"]},
+     ["serving_tuning preset 'turbo' is unknown"]),
+]
+
+
+@pytest.mark.parametrize("case,extra,messages", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_refused(case, extra, messages, tmp_path):
+    rc, out, spec = run_serving(extra, tmp_path)
+    assert rc != 0, "%s was not refused:\n%s" % (case, out[-2000:])
+    assert spec is None
+    for message in messages:
+        assert message in out, "%s: %r not in output:\n%s" % (case, message, out[-3000:])
+
+
+ACCEPTED = [
+    ("b200-defaults", {"serving_profile": "b200"}),
+    ("inferred-acknowledged", {"serving_profile": "gb200", "serving_allow_inferred": True,
+                               "serving_image": {"digest": DIGEST}}),
+    ("gpu-count-equal", {"serving_profile": "b200", "serving_gpu_count": 8}),
+    ("unpinned-lab", {"serving_profile": "b300", "serving_allow_unpinned_image": True}),
+    ("bind-all-with-key", {"serving_profile": "b200", "serving_bind_address": "0.0.0.0",
+                           "serving_api_key": SECRET}),
+    ("text-only-on-rocm", {"serving_profile": "mi355x", "serving_image": {"digest": DIGEST},
+                           "serving_capabilities": ["text", "tools"]}),
+    ("vllm-h200", {"serving_profile": "h200", "serving_engine": "vllm",
+                   "serving_image": {"digest": DIGEST}, "serving_weights_revision": "b" * 40}),
+]
+
+
+@pytest.mark.parametrize("case,extra", ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_accepted(case, extra, tmp_path):
+    rc, out, spec = run_serving(extra, tmp_path)
+    assert rc == 0, "%s refused:\n%s" % (case, out[-3000:])
+    assert spec["blockers"] == []
+    assert spec["profile"] == extra["serving_profile"]
+    assert SECRET not in out
+
+
+def test_spec_contract_b200(tmp_path):
+    """The keys other roles rely on (the lead's contract), with the seed's values."""
+    rc, out, spec = run_serving({"serving_profile": "b200"}, tmp_path)
+    assert rc == 0, out[-3000:]
+    assert spec["status"] == "validated" and spec["engine"] == "sglang" and spec["tp"] == 8
+    assert spec["gpu"] == {"vendor": "nvidia", "model": "B200", "count": 8, "name_match": "B200",
+                           "driver_floor": "570.133.20", "rocm_floor": None, "fabric": "nvlink5"}
+    assert spec["capabilities"] == ["text", "reasoning", "tools", "image"]
+    weights = spec["weights"]
+    assert weights["repo"] == "MiniMaxAI/MiniMax-M3-MXFP8"
+    assert weights["revision"] == "c5454eb03678d8710e54a4e0fc681b9f3b4a3dba"
+    assert weights["size_gb"] == 444 and weights["format"] == "MXFP8"
+    assert weights["dir"] == "/data/models/MiniMax-M3-MXFP8"
+    assert weights["manifest"] == "/data/models/MiniMax-M3-MXFP8.manifest.sha256"
+    assert weights["marker"] == "/data/models/MiniMax-M3-MXFP8.verified.json"
+    assert spec["image"]["ref"] == ("lmsysorg/sglang@sha256:de63ac56df5d7b064451e21147eaab8963"
+                                    "4a02332d830ca8c01cb8c033b3a78f")
+    assert spec["device_args"] == ["--gpus", "all"]
+    assert (spec["bind_address"], spec["port"], spec["container_port"]) == ("127.0.0.1", 30000, 30000)
+    assert spec["health_path"] == "/health" and spec["msa_warmup"] is True and spec["auth"] is False
+
+
+def test_overrides_merge_and_tuning(tmp_path):
+    """Overrides merge into the entry (combine recursive); presets replace a flag's value."""
+    rc, out, spec = run_serving({
+        "serving_profile": "b200", "serving_tuning": ["oom_step2", "long_context"],
+        "serving_profile_overrides": {"engines": {"sglang": {"env": {"NCCL_DEBUG": "INFO"}}}}},
+        tmp_path)
+    assert rc == 0, out[-3000:]
+    assert spec["env"] == {"NCCL_DEBUG": "INFO"}
+    assert ["--mem-fraction-static", "0.60"] in spec["args"]
+    assert ["--chunked-prefill-size", "16384"] in spec["args"]
+    assert ["--attention-backend", "fa4"] in spec["args"]  # the rest of the entry is kept
+    assert spec["command"].count("--chunked-prefill-size") == 1

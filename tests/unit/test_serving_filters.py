@@ -1,0 +1,190 @@
+"""Unit tests of the pure filters behind the serving and model_server roles
+(filter_plugins/serving.py, filter_plugins/model_server.py), against the real matrix."""
+import pathlib
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "filter_plugins"))
+
+import model_server as ms  # noqa: E402
+import serving  # noqa: E402
+
+VARS = yaml.safe_load((ROOT / "roles" / "serving" / "vars" / "main.yml").read_text())
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+SEED_DIGEST = "sha256:de63ac56df5d7b064451e21147eaab89634a02332d830ca8c01cb8c033b3a78f"
+
+
+def resolve(profile, **kw):
+    return serving.serving_resolve(
+        VARS["serving_matrix"], profile=profile, weights_repos=VARS["serving_weights_repos"],
+        engines=VARS["serving_engines"], device_args=VARS["serving_device_args"],
+        tuning_presets=VARS["serving_tuning_presets"], **kw)
+
+
+def test_filters_registered():
+    assert set(serving.FilterModule().filters()) == {
+        "serving_resolve", "serving_blockers_text", "serving_is_loopback"}
+    assert set(ms.FilterModule().filters()) == {
+        "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_shell_join",
+        "model_server_systemd_join"}
+
+
+@pytest.mark.parametrize("address,expected", [
+    ("127.0.0.1", True), ("127.3.4.5", True), ("::1", True), ("localhost", True),
+    ("0.0.0.0", False), ("10.0.0.1", False), ("::", False), ("not-an-ip", False)])
+def test_is_loopback(address, expected):
+    assert serving.is_loopback(address) is expected
+
+
+def test_merge_is_recursive_and_replaces_lists():
+    base = {"gpu": {"count": 8, "vendor": "nvidia"}, "capabilities": ["text", "image"]}
+    merged = serving.merge(base, {"gpu": {"count": 4}, "capabilities": ["text"]})
+    assert merged == {"gpu": {"count": 4, "vendor": "nvidia"}, "capabilities": ["text"]}
+    assert base["gpu"]["count"] == 8  # the matrix entry is never modified
+
+
+def test_apply_presets_replaces_in_place_and_appends():
+    args = [["--tp", "8"], ["--mem-fraction-static", "0.65"], ["--flag"]]
+    presets = {"a": {"--mem-fraction-static": "0.60"}, "b": {"--chunked-prefill-size": "2048"}}
+    new, unknown = serving.apply_presets(args, presets, ["a", "b", "zzz"])
+    assert new == [["--tp", "8"], ["--mem-fraction-static", "0.60"], ["--flag"],
+                   ["--chunked-prefill-size", "2048"]]
+    assert unknown == ["zzz"]
+    assert args[1] == ["--mem-fraction-static", "0.65"]
+
+
+def test_preset_order_last_wins():
+    new, _ = serving.apply_presets([["--chunked-prefill-size", "8192"]], VARS["serving_tuning_presets"],
+                                   ["oom_step3", "long_context"])
+    assert new == [["--chunked-prefill-size", "16384"], ["--mem-fraction-static", "0.60"]]
+
+
+@pytest.mark.parametrize("image,ref", [
+    ({"repository": "r/x", "digest": DIGEST}, "r/x@" + DIGEST),
+    ({"repository": "r/x", "digest": DIGEST, "local_id": True}, DIGEST),
+    ({"repository": "r/x", "tag_family": "dev"}, "r/x:dev"),
+    ({"repository": "r/x", "tag": "t1", "tag_family": "dev"}, "r/x:t1"),
+    ({"repository": "r/x"}, "r/x:latest")])
+def test_image_ref(image, ref):
+    assert serving.image_ref(image) == ref
+
+
+def test_every_matrix_row_resolves_with_a_pinned_image():
+    for profile, entry in VARS["serving_matrix"].items():
+        engine = sorted(entry["engines"])[-1] if "sglang" not in entry["engines"] else "sglang"
+        spec = resolve(profile, engine=engine, image={"digest": DIGEST}, allow_inferred=True,
+                       weights_revision="f" * 40)
+        assert spec["blockers"] == [], (profile, spec["blockers"])
+        assert spec["tp"] == entry["tp"]
+        assert spec["device_args"] == VARS["serving_device_args"][entry["gpu"]["vendor"]]
+        assert "video" not in spec["capabilities"]
+        if entry["gpu"]["vendor"] == "amd":
+            assert "image" not in spec["capabilities"]
+
+
+def test_blockers_are_collected_not_raised():
+    spec = resolve("mi325x", bind_address="0.0.0.0", port=0, capabilities=["video", "image"],
+                   weights_revision="xyz", gpu_count=4)
+    text = "\n".join(spec["blockers"])
+    for fragment in ("serving_allow_inferred", "serving_gpu_count is 4", "'video'",
+                     "'image' on ROCm", "not a 40-hex commit", "has no digest",
+                     "not loopback", "outside 1-65535"):
+        assert fragment in text, fragment
+    assert serving.serving_blockers_text(spec).startswith("serving: profile 'mi325x' (sglang) refused:")
+
+
+def test_unknown_profile_lists_valid_ones():
+    spec = resolve("b201")
+    assert spec["blockers"] == [
+        "serving_profile 'b201' is not in the hardware matrix; valid profiles: " +
+        ", ".join(sorted(VARS["serving_matrix"])) + ". Set serving_profile to one of them."]
+
+
+def test_gpu_count_string_and_cpu_lab():
+    assert not [b for b in resolve("b200", gpu_count="8")["blockers"] if "gpu_count" in b]
+    assert [b for b in resolve("b200", gpu_count="7")["blockers"] if "gpu_count" in b]
+    lab = resolve("cpu-lab", engine="vllm", gpu_count=0, image={"digest": DIGEST},
+                  weights_revision="a" * 40)
+    assert lab["blockers"] == []
+
+
+def test_tp_flag_must_agree_with_tp():
+    spec = resolve("b200", profile_overrides={"tp": 4})
+    assert any("tp 4 but its sglang flags set 8" in b for b in spec["blockers"])
+
+
+def test_tuning_refused_on_vllm():
+    spec = resolve("h200", engine="vllm", image={"digest": DIGEST}, weights_revision="a" * 40,
+                   tuning=["oom_step1"])
+    assert any("serving_tuning presets are SGLang flags" in b for b in spec["blockers"])
+
+
+SEED_OFFLINE = [
+    "docker", "run", "--rm", "--name", "minimax-m3", "--gpus", "all", "--shm-size", "32g",
+    "--ipc=host", "-p", "127.0.0.1:30000:30000", "-e", "HF_HUB_OFFLINE=1", "-v",
+    "/data/models/MiniMax-M3-MXFP8:/models/MiniMax-M3-MXFP8:ro", "lmsysorg/sglang@" + SEED_DIGEST,
+    "sglang", "serve", "--trust-remote-code", "--model-path", "/models/MiniMax-M3-MXFP8",
+    "--reasoning-parser", "auto", "--tool-call-parser", "auto", "--tp", "8",
+    "--attention-backend", "fa4", "--mm-attention-backend", "flashinfer_cudnn",
+    "--moe-runner-backend", "deep_gemm", "--chunked-prefill-size", "8192",
+    "--mem-fraction-static", "0.65", "--host", "0.0.0.0", "--port", "30000"]
+
+
+def test_docker_argv_b200_is_the_seed_offline_command():
+    spec = resolve("b200")
+    argv = ms.docker_run_argv(spec, config_host_path="/etc/minimax-m3/engine.yaml",
+                              config_container_path="/etc/model-server/engine.yaml")
+    assert argv == SEED_OFFLINE
+
+
+def test_docker_argv_with_key_mounts_config_and_never_the_key():
+    spec = resolve("b200", bind_address="0.0.0.0", api_key_set=True)
+    argv = ms.docker_run_argv(spec, config_host_path="/etc/minimax-m3/engine.yaml",
+                              config_container_path="/etc/model-server/engine.yaml")
+    assert argv[argv.index("-p") + 1] == "0.0.0.0:30000:30000"
+    assert "/etc/minimax-m3/engine.yaml:/etc/model-server/engine.yaml:ro" in argv
+    assert argv[-2:] == ["--config", "/etc/model-server/engine.yaml"]
+    assert not [a for a in argv if "api-key" in a or "api_key" in a]
+
+
+def test_docker_argv_amd_env_and_devices():
+    spec = resolve("mi300x", image={"digest": DIGEST})
+    argv = ms.docker_run_argv(spec)
+    assert argv[5:11] == ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+    assert "--gpus" not in argv
+    assert argv[argv.index("HF_HUB_OFFLINE=1") + 2] == "SGLANG_USE_AITER=1"
+
+
+def test_msa_gate_argv():
+    spec = resolve("b200")
+    argv = ms.msa_gate_argv(spec, ["python3", "-c", "print(1)"], docker_bin="/usr/bin/docker")
+    assert argv[:5] == ["/usr/bin/docker", "run", "--rm", "--name", "minimax-m3-msa-gate"]
+    assert "-p" not in argv and "-v" not in argv
+    assert argv[-3:] == ["python3", "-c", "print(1)"]
+
+
+def test_shell_join_round_trips():
+    text = ms.shell_join(SEED_OFFLINE + ["--x", "a b'c"], breaks=["lmsysorg/sglang@" + SEED_DIGEST])
+    assert text.startswith("docker run --rm --name minimax-m3 \\\n  --gpus all \\\n")
+    assert ms.command_tokens(text) == SEED_OFFLINE + ["--x", "a b'c"]
+
+
+@pytest.mark.parametrize("token,quoted", [
+    ("--ipc=host", "--ipc=host"), ("50%", "50%%"), ("$HOME", '"$$HOME"'),
+    ("a b", '"a b"'), ('say "hi"', '"say \\"hi\\""')])
+def test_systemd_quote(token, quoted):
+    assert ms.systemd_quote(token) == quoted
+
+
+def test_served_model_name_when_the_engine_declares_it():
+    engines = {k: dict(v) for k, v in VARS["serving_engines"].items()}
+    engines["vllm"]["served_model_name_arg"] = "--served-model-name"
+    spec = serving.serving_resolve(
+        VARS["serving_matrix"], profile="h200", engine="vllm", weights_repos=VARS["serving_weights_repos"],
+        engines=engines, device_args=VARS["serving_device_args"], image={"digest": DIGEST},
+        weights_revision="a" * 40)
+    assert spec["command"][:6] == ["vllm", "serve", "--model", "/models/MiniMax-M3",
+                                   "--served-model-name", "MiniMaxAI/MiniMax-M3"]
