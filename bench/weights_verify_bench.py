@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Benchmark of weights_verify against `sha256sum -c` (one file at a time), plus the sync cost
+of one changed shard.
+
+Makes N synthetic shards (default 8 x 512 MB), writes their manifest, then prints:
+  - single-core sha256 rate (hashlib, in memory) and cores x that rate;
+  - cold-read rate of the shards (page cache dropped when permitted; otherwise says so);
+  - `sha256sum -c MANIFEST` (sequential, one file at a time) and the weights_verify module
+    (run through `ansible localhost -m weights_verify`, the real module path), cold and warm;
+  - the ratio module / sha256sum and module / min(disk read, cores x single-core); target >= 0.90;
+  - bytes rsync moves to refresh a copy when 1 of N shards changed (target <= 1.05 x shard).
+usage: bench/weights_verify_bench.py [--shards 8] [--size-mb 512] [--dir /var/tmp/weights-bench]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MB = 1_000_000
+CHUNK = 16 * 1024 * 1024
+
+
+def make_shards(d, n, size):
+    os.makedirs(d, exist_ok=True)
+    block = bytearray(os.urandom(CHUNK))
+    lines = []
+    for i in range(n):
+        name = "model-%05d-of-%05d.safetensors" % (i + 1, n)
+        h = hashlib.sha256()
+        with open(os.path.join(d, name), "wb") as f:
+            left, k = size, 0
+            while left > 0:
+                block[:16] = ("%08d%08d" % (i, k)).encode()   # every chunk distinct
+                part = memoryview(block)[:min(CHUNK, left)]
+                f.write(part)
+                h.update(part)
+                left -= len(part)
+                k += 1
+        lines.append("%s  %s\n" % (h.hexdigest(), name))
+    manifest = d.rstrip("/") + ".manifest.sha256"
+    with open(manifest, "w") as f:
+        f.writelines(lines)
+    return manifest
+
+
+def single_core_rate():
+    data = os.urandom(256 * 1024 * 1024)
+    hashlib.sha256(data[:CHUNK]).hexdigest()
+    t = time.perf_counter()
+    hashlib.sha256(data).hexdigest()
+    return len(data) / (time.perf_counter() - t)
+
+
+def drop_caches():
+    try:
+        subprocess.run(["sync"], check=True)
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def cold_read_rate(d):
+    dropped = drop_caches()
+    total, buf = 0, bytearray(CHUNK)
+    t = time.perf_counter()
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb", buffering=0) as f:
+            while True:
+                n = f.readinto(buf)
+                if not n:
+                    break
+                total += n
+    return total / (time.perf_counter() - t), dropped
+
+
+def run_sha256sum(d, manifest, cold):
+    if cold:
+        drop_caches()
+    t = time.perf_counter()
+    subprocess.run(["sha256sum", "--check", "--quiet", manifest], cwd=d, check=True)
+    return time.perf_counter() - t
+
+
+def run_module(d, manifest, cold, workers):
+    if cold:
+        drop_caches()
+    marker = d.rstrip("/") + ".verified.json"
+    if os.path.exists(marker):
+        os.unlink(marker)
+    args = "path=%s manifest=%s marker=%s" % (d, manifest, marker)
+    if workers:
+        args += " workers=%d" % workers
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CALLBACKS_ENABLED="")
+    t = time.perf_counter()
+    out = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "weights_verify",
+                          "-a", args], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - t
+    res = json.loads(out)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    if not res.get("verified"):
+        sys.exit("weights_verify did not verify the bench shards: %s" % res.get("msg"))
+    return res, wall
+
+
+def sync_bytes(d, n, size):
+    """rsync (delta algorithm, as over the daemon) a copy after one shard was rewritten."""
+    if not shutil.which("rsync"):
+        return None
+    copy = d.rstrip("/") + "-copy"
+    subprocess.run(["rsync", "-a", d + "/", copy + "/"], check=True)
+    name = "model-%05d-of-%05d.safetensors" % (1, n)
+    with open(os.path.join(d, name), "r+b") as f:         # rewrite one shard entirely
+        left = size
+        while left > 0:
+            part = os.urandom(min(CHUNK, left))
+            f.write(part)
+            left -= len(part)
+    out = subprocess.run(["rsync", "-a", "--no-whole-file", "--stats", "--no-human-readable",
+                          "--partial-dir=.rsync-partial", "--delay-updates", d + "/", copy + "/"],
+                         check=True, capture_output=True, text=True).stdout
+    shutil.rmtree(copy)
+    sent = int(re.search(r"Total bytes sent: ([0-9]+)", out).group(1))
+    files = int(re.search(r"Number of regular files transferred: ([0-9]+)", out).group(1))
+    return sent, files
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--size-mb", type=int, default=512)
+    ap.add_argument("--dir", default="/var/tmp/weights-bench/shards")
+    ap.add_argument("--workers", type=int, default=0, help="weights_verify workers (0 = CPU count)")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    size = a.size_mb * MB
+    cores = os.cpu_count() or 1
+    print("bench: %d shards x %d MB in %s, %d CPUs" % (a.shards, a.size_mb, a.dir, cores))
+    manifest = make_shards(a.dir, a.shards, size)
+    total = a.shards * size
+
+    core = single_core_rate()
+    disk, dropped = cold_read_rate(a.dir)
+    print("single-core sha256 (hashlib, memory): %8.1f MB/s; x %d cores = %.1f MB/s" % (core / MB, cores, cores * core / MB))
+    print("read rate of the shards:              %8.1f MB/s (%s)" % (
+        disk / MB, "cold: page cache dropped" if dropped else
+        "WARM: dropping the page cache is not permitted here, so this is a cache read rate"))
+    bound = min(disk, cores * core)
+    results = {}
+    for label, cold in (("cold", True), ("warm", False)):
+        if cold and not dropped:
+            continue
+        if not cold:
+            run_sha256sum(a.dir, manifest, False)          # warm the cache
+        s = run_sha256sum(a.dir, manifest, cold)
+        res, wall = run_module(a.dir, manifest, cold, a.workers)
+        results[label] = (total / s, res["rate"], total / wall, res["workers"])
+        print("%s: sha256sum -c (one file at a time) %8.1f MB/s | weights_verify %8.1f MB/s hashing "
+              "(%.1f MB/s incl. ansible start-up, %d workers) | ratio %.2f x" % (
+                  label, total / s / MB, res["rate"] / MB, total / wall / MB, res["workers"],
+                  res["rate"] / (total / s)))
+    best = results.get("cold") or results.get("warm")
+    label = "cold" if "cold" in results else "warm"
+    print("target: weights_verify >= 0.90 x min(read %.1f, cores x single-core %.1f) = %.1f MB/s; %s got %.1f MB/s "
+          "= %.2f of the bound -> %s" % (disk / MB, cores * core / MB, bound / MB, label, best[1] / MB,
+                                       best[1] / bound, "MET" if best[1] >= 0.9 * bound else "NOT MET"))
+    moved = sync_bytes(a.dir, a.shards, size)
+    if moved is None:
+        print("sync: rsync not installed, bytes moved not measured")
+    else:
+        sent, files = moved
+        print("sync after 1 of %d shards rewritten: %d bytes moved, %d file(s) = %.3f x shard (target <= 1.05) -> %s"
+              % (a.shards, sent, files, sent / size, "MET" if sent <= 1.05 * size else "NOT MET"))
+    if not a.keep:
+        shutil.rmtree(a.dir)
+        for suffix in (".manifest.sha256", ".verified.json"):
+            if os.path.exists(a.dir.rstrip("/") + suffix):
+                os.unlink(a.dir.rstrip("/") + suffix)
+
+
+if __name__ == "__main__":
+    main()
