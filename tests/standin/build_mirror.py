@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Build the stand-in "internal mirror": signed apt repositories of stand-in packages.
+
+STAND-IN (tests only). Nothing from NVIDIA or AMD can be fetched on the build machines, so
+this builds, with dpkg-deb, packages carrying the real package names and versions that the
+roles pin (CUDA repository for Debian 12, NVIDIA Container Toolkit repository, AMD's amdgpu
+and ROCm repositories), whose binaries replay recorded tool output (see bin/ and fixtures/).
+Each repository is laid out like its upstream (flat for CUDA and the toolkit, dists/ for
+AMD), indexed (Packages, Release) and signed with a throw-away key (InRelease, Release.gpg),
+so the roles' key download, `signed-by` and pinning paths run exactly as against a real
+mirror. Runs inside a Debian container (needs dpkg-deb, gpg, python3); stdlib only.
+
+usage: build_mirror.py SOURCE_DIR OUTPUT_DIR
+"""
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+DRIVER_NEW = "580.95.05"
+DRIVER_OLD = "570.133.20"
+FM_OTHER = "580.82.07"
+TOOLKIT = "1.18.0"
+ROCM = "7.0.2.70002"
+
+
+def driver_packages(ver, branch):
+    rev = ver + "-1"
+    mod = [("standin-modinfo", "usr/bin/standin-modinfo", {"@VERSION@": ver}),
+           ("standin-reboot", "usr/sbin/standin-reboot", {})]
+    return [
+        dict(name="nvidia-kernel-open-dkms", version=rev, files=mod,
+             description="NVIDIA open GPU kernel modules (DKMS) - STAND-IN"),
+        dict(name="nvidia-persistenced", version=rev,
+             files=[("nvidia-persistenced", "usr/bin/nvidia-persistenced", {})],
+             units={"nvidia-persistenced.service": PERSISTENCED_UNIT},
+             description="NVIDIA persistence daemon - STAND-IN"),
+        dict(name="nvidia-driver", version=rev,
+             depends="nvidia-kernel-open-dkms (= %s), nvidia-persistenced (= %s)" % (rev, rev),
+             files=[("nvidia-smi", "usr/bin/nvidia-smi", {})], fixtures=True,
+             description="NVIDIA driver metapackage (open kernel modules) - STAND-IN"),
+        dict(name="nvidia-fabricmanager-" + branch, version=rev,
+             files=[("nv-fabricmanager", "usr/bin/nv-fabricmanager", {"@VERSION@": ver})],
+             units={"nvidia-fabricmanager.service": FM_UNIT},
+             description="NVIDIA Fabric Manager - STAND-IN"),
+        dict(name="libnvidia-nscq-" + branch, version=rev, files=[],
+             description="NVSwitch Configuration and Query library - STAND-IN"),
+        dict(name="nvidia-imex-" + branch, version=rev,
+             files=[("standin-daemon", "usr/bin/nvidia-imex", {})],
+             units={"nvidia-imex.service": IMEX_UNIT},
+             description="NVIDIA IMEX daemon - STAND-IN"),
+    ]
+
+
+PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon (stand-in)
+Wants=syslog.target
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+"""
+FM_UNIT = """[Unit]
+Description=NVIDIA fabric manager service (stand-in)
+
+[Service]
+User=root
+Type=simple
+ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg
+LimitCORE=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+IMEX_UNIT = """[Unit]
+Description=NVIDIA IMEX service (stand-in)
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+REPOS = {
+    # flat, like https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
+    "cuda/debian12/x86_64": dict(
+        flat=True, key="3bf863cc.pub",
+        packages=driver_packages(DRIVER_NEW, "580") + driver_packages(DRIVER_OLD, "570") + [
+            dict(name="nvidia-fabricmanager-580", version=FM_OTHER + "-1",
+                 files=[("nv-fabricmanager", "usr/bin/nv-fabricmanager", {"@VERSION@": FM_OTHER})],
+                 units={"nvidia-fabricmanager.service": FM_UNIT},
+                 description="NVIDIA Fabric Manager - STAND-IN"),
+            dict(name="nvlsm", version="2025.06.5-1", files=[("standin-daemon", "opt/nvidia/nvlsm/sbin/nvlsm", {})],
+                 description="NVIDIA NVLink Subnet Manager - STAND-IN"),
+            dict(name="libnvsdm-580", version=DRIVER_NEW + "-1", files=[],
+                 description="NVIDIA Switch Device Manager library - STAND-IN"),
+        ]),
+    # flat, like https://nvidia.github.io/libnvidia-container/stable/deb/amd64/
+    "libnvidia-container/stable/deb/amd64": dict(
+        flat=True, key="../../gpgkey",
+        packages=[
+            dict(name="nvidia-container-toolkit-base", version=TOOLKIT + "-1",
+                 files=[("nvidia-ctk", "usr/bin/nvidia-ctk", {"@TOOLKIT_VERSION@": TOOLKIT}),
+                        ("nvidia-container-runtime", "usr/bin/nvidia-container-runtime", {})],
+                 description="NVIDIA Container Toolkit Base - STAND-IN"),
+            dict(name="nvidia-container-toolkit", version=TOOLKIT + "-1",
+                 depends="nvidia-container-toolkit-base (= %s-1)" % TOOLKIT,
+                 files=[("nvidia-container-runtime-hook", "usr/bin/nvidia-container-runtime-hook", {})],
+                 description="NVIDIA Container toolkit - STAND-IN"),
+        ]),
+    # like https://repo.radeon.com/amdgpu/30.10.2/ubuntu jammy main
+    "amdgpu/30.10.2/ubuntu": dict(
+        flat=False, suite="jammy", key="../../../rocm/rocm.gpg.key",
+        packages=[dict(name="amdgpu-dkms", version="1:6.14.14.30100200-2226257.22.04", files=[],
+                       description="amdgpu driver in DKMS format - STAND-IN")]),
+    # like https://repo.radeon.com/rocm/apt/7.0.2 jammy main
+    "rocm/apt/7.0.2": dict(
+        flat=False, suite="jammy", key="../../rocm.gpg.key",
+        packages=[
+            dict(name="rocm-smi-lib", version="7.8.0.%s-56~22.04" % ROCM.split(".")[-1],
+                 files=[("rocm-smi", "opt/rocm/bin/rocm-smi", {})], links={"usr/bin/rocm-smi": "/opt/rocm/bin/rocm-smi"},
+                 fixtures=True, description="AMD System Management libraries - STAND-IN"),
+            dict(name="rocm-core", version=ROCM + "-56~22.04", files=[], info_version=ROCM + "-56",
+                 description="ROCm core - STAND-IN"),
+            dict(name="rocm", version=ROCM + "-56~22.04",
+                 depends="rocm-core (= %s-56~22.04), rocm-smi-lib" % ROCM, files=[],
+                 description="ROCm meta package - STAND-IN"),
+        ]),
+}
+
+
+def build_deb(src, pkg, pool):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "root")
+        os.makedirs(os.path.join(root, "DEBIAN"))
+        for srcname, dest, subs in pkg.get("files", []):
+            text = open(os.path.join(src, "bin", srcname)).read()
+            for k, v in subs.items():
+                text = text.replace(k, v)
+            path = os.path.join(root, dest)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as fh:
+                fh.write(text)
+            os.chmod(path, 0o755)
+        for dest, target in pkg.get("links", {}).items():
+            path = os.path.join(root, dest)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.symlink(target, path)
+        for unit, text in pkg.get("units", {}).items():
+            path = os.path.join(root, "lib/systemd/system", unit)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as fh:
+                fh.write(text)
+        if pkg.get("fixtures"):
+            shutil.copytree(os.path.join(src, "fixtures"), os.path.join(root, "usr/share/standin/gpu"))
+        if pkg.get("info_version"):
+            os.makedirs(os.path.join(root, "opt/rocm/.info"))
+            with open(os.path.join(root, "opt/rocm/.info/version"), "w") as fh:
+                fh.write(pkg["info_version"] + "\n")
+        doc = os.path.join(root, "usr/share/doc", pkg["name"])
+        os.makedirs(doc, exist_ok=True)
+        with open(os.path.join(doc, "STAND-IN"), "w") as fh:
+            fh.write("Stand-in package built by tests/standin/build_mirror.py; not NVIDIA/AMD software.\n")
+        control = ["Package: " + pkg["name"], "Version: " + pkg["version"], "Architecture: amd64",
+                   "Maintainer: mm3 test stand-ins <standin@localhost>", "Section: misc", "Priority: optional"]
+        if pkg.get("depends"):
+            control.append("Depends: " + pkg["depends"])
+        control.append("Description: " + pkg["description"])
+        with open(os.path.join(root, "DEBIAN/control"), "w") as fh:
+            fh.write("\n".join(control) + "\n")
+        fname = "%s_%s_amd64.deb" % (pkg["name"], pkg["version"].split(":")[-1])
+        out = os.path.join(pool, fname)
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, out],
+                       check=True, stdout=subprocess.DEVNULL)
+        return out
+
+
+def stanza(deb, filename):
+    fields = subprocess.run(["dpkg-deb", "-f", deb], check=True, capture_output=True, text=True).stdout
+    data = open(deb, "rb").read()
+    return (fields.rstrip("\n") + "\nFilename: %s\nSize: %d\nMD5sum: %s\nSHA256: %s\n" % (
+        filename, len(data), hashlib.md5(data).hexdigest(), hashlib.sha256(data).hexdigest()))
+
+
+def release(index_dir, files, suite):
+    lines = ["Origin: mm3 stand-in mirror", "Label: stand-in"]
+    if suite != "./":
+        lines += ["Suite: " + suite, "Codename: " + suite, "Components: main"]
+    lines += ["Architectures: amd64", "Date: Sun, 29 Nov 2026 00:00:00 UTC"]
+    for algo, name in (("md5", "MD5Sum"), ("sha256", "SHA256")):
+        lines.append(name + ":")
+        for rel in files:
+            data = open(os.path.join(index_dir, rel), "rb").read()
+            lines.append(" %s %d %s" % (hashlib.new(algo, data).hexdigest(), len(data), rel))
+    return "\n".join(lines) + "\n"
+
+
+def gpg(gnupghome, *args):
+    subprocess.run(["gpg", "--batch", "--yes", "--homedir", gnupghome, *args], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def main(src, out):
+    gnupghome = tempfile.mkdtemp()
+    gpg(gnupghome, "--passphrase", "", "--quick-gen-key", "mm3 stand-in mirror <standin@localhost>",
+        "ed25519", "sign", "never")
+    for path, repo in REPOS.items():
+        base = os.path.join(out, path)
+        pool = base if repo["flat"] else os.path.join(base, "pool/main")
+        os.makedirs(pool, exist_ok=True)
+        debs = [build_deb(src, pkg, pool) for pkg in repo["packages"]]
+        if repo["flat"]:
+            index_dir, rel_dir, suite = base, "", "./"
+        else:
+            index_dir, rel_dir, suite = os.path.join(base, "dists", repo["suite"]), "main/binary-amd64/", repo["suite"]
+        os.makedirs(os.path.join(index_dir, rel_dir), exist_ok=True)
+        text = "\n".join(stanza(d, os.path.relpath(d, base) if not repo["flat"] else "./" + os.path.basename(d))
+                         for d in debs)
+        with open(os.path.join(index_dir, rel_dir, "Packages"), "w") as fh:
+            fh.write(text)
+        with gzip.open(os.path.join(index_dir, rel_dir, "Packages.gz"), "wt") as fh:
+            fh.write(text)
+        with open(os.path.join(index_dir, "Release"), "w") as fh:
+            fh.write(release(index_dir, [rel_dir + "Packages", rel_dir + "Packages.gz"], suite))
+        gpg(gnupghome, "--clearsign", "-o", os.path.join(index_dir, "InRelease"), os.path.join(index_dir, "Release"))
+        gpg(gnupghome, "-abs", "-o", os.path.join(index_dir, "Release.gpg"), os.path.join(index_dir, "Release"))
+        keyfile = os.path.normpath(os.path.join(base, repo["key"]))
+        os.makedirs(os.path.dirname(keyfile), exist_ok=True)
+        gpg(gnupghome, "--armor", "--export", "-o", keyfile)
+    shutil.rmtree(gnupghome, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

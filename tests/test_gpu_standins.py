@@ -1,0 +1,124 @@
+"""Tests of the GPU STAND-INS used by molecule/nvidia_host (tests/standin/).
+
+No GPU and no NVIDIA/AMD package can exist on the build machines, so the scenario installs
+stand-in packages whose tools replay recorded output. These tests keep the stand-ins honest:
+nvidia-smi answers the preflight's queries like the real tool for every fixture, nvidia-ctk
+edits daemon.json the way the real `nvidia-ctk runtime configure --runtime=docker` does, and the
+stand-in mirror carries exactly the package names and versions the roles pin.
+"""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STANDIN = os.path.join(HERE, "standin")
+ROOT = os.path.dirname(HERE)
+PINNED = "580.95.05"
+
+
+@pytest.fixture
+def smi_root(tmp_path):
+    """A scratch tree laid out like a node with the stand-in driver installed and loaded."""
+    shutil.copytree(os.path.join(STANDIN, "fixtures"), tmp_path / "usr/share/standin/gpu")
+    (tmp_path / "etc/standin").mkdir(parents=True)
+    (tmp_path / "run/standin/nvidia").mkdir(parents=True)
+    (tmp_path / "run/standin/nvidia/version").write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (dvs-builder)\n" % PINNED)
+    return tmp_path
+
+
+def smi(root, fixture, *args):
+    (root / "etc/standin/gpu-fixture").write_text(fixture + "\n")
+    env = dict(os.environ, STANDIN_ROOT=str(root))
+    return subprocess.run([os.path.join(STANDIN, "bin/nvidia-smi"), *args], env=env,
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("fixture,count,model,mig", [
+    ("b200-8", 8, "NVIDIA B200", "Disabled"),
+    ("b200-7gpus", 7, "NVIDIA B200", "Disabled"),
+    ("h200-8-nvswitch", 8, "NVIDIA H200", "Disabled"),
+    ("h200-mig-on", 8, "NVIDIA H200", "Enabled"),
+])
+def test_query_gpu_matches_the_preflight_query(smi_root, fixture, count, model, mig):
+    out = smi(smi_root, fixture, "--query-gpu=name,driver_version,mig.mode.current", "--format=csv,noheader")
+    assert out.returncode == 0, out.stdout
+    rows = [line.split(", ") for line in out.stdout.splitlines()]
+    assert rows == [[model, PINNED, mig]] * count
+
+
+def test_list_and_fabric_state(smi_root):
+    listed = smi(smi_root, "h200-8-nvswitch", "-L").stdout.splitlines()
+    assert len(listed) == 8 and listed[0].startswith("GPU 0: NVIDIA H200 (UUID: GPU-")
+    done = smi(smi_root, "h200-8-nvswitch", "-q").stdout
+    assert done.count("        State                             : Completed") == 8
+    pending = smi(smi_root, "h200-fabric-in-progress", "-q").stdout
+    assert pending.count("State                             : In Progress") == 8
+
+
+def test_no_loaded_module_fails_like_the_real_tool(smi_root):
+    os.remove(smi_root / "run/standin/nvidia/version")
+    out = smi(smi_root, "b200-8", "-L")
+    assert out.returncode == 9
+    assert "couldn't communicate with the NVIDIA driver" in out.stdout
+
+
+def test_unknown_field_is_refused(smi_root):
+    out = smi(smi_root, "b200-8", "--query-gpu=bogus", "--format=csv")
+    assert out.returncode == 2 and 'Field "bogus" is not a valid field to query.' in out.stdout
+
+
+def ctk(path, *extra):
+    return subprocess.run(["python3", os.path.join(STANDIN, "bin/nvidia-ctk"), "runtime", "configure",
+                           "--runtime=docker", "--config=%s" % path, *extra],
+                          capture_output=True, text=True, check=True)
+
+
+def test_ctk_merges_the_runtime_and_keeps_other_keys(tmp_path):
+    daemon = tmp_path / "daemon.json"
+    # What docker_engine writes (to_nice_json, indent 4, trailing newline).
+    daemon.write_text(json.dumps({"exec-opts": ["native.cgroupdriver=systemd"], "log-driver": "json-file"},
+                                 indent=4, sort_keys=True) + "\n")
+    ctk(daemon)
+    text = daemon.read_text()
+    cfg = json.loads(text)
+    assert cfg == {"exec-opts": ["native.cgroupdriver=systemd"], "log-driver": "json-file",
+                   "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
+    assert '\n    "exec-opts": [' in text  # 4-space indent, like Go's json.MarshalIndent(cfg, "", "    ")
+    # docker_engine compares parsed keys, not text: its merge of its own keys is then a no-op.
+    merged = dict(cfg, **{"exec-opts": ["native.cgroupdriver=systemd"]})
+    assert merged == cfg
+    ctk(daemon)
+    assert daemon.read_text() == text
+
+
+def test_ctk_creates_a_missing_file(tmp_path):
+    daemon = tmp_path / "docker" / "daemon.json"
+    out = ctk(daemon)
+    assert "Config file does not exist; using empty config" in out.stderr
+    assert json.loads(daemon.read_text()) == {"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
+
+
+@pytest.mark.skipif(not (shutil.which("dpkg-deb") and shutil.which("gpg")), reason="needs dpkg-deb and gpg")
+def test_mirror_carries_what_the_roles_pin(tmp_path):
+    subprocess.run(["python3", os.path.join(STANDIN, "build_mirror.py"), STANDIN, str(tmp_path)], check=True)
+    packages = (tmp_path / "cuda/debian12/x86_64/Packages").read_text()
+    have = {(s.split("\n")[0][9:], s.split("Version: ")[1].split("\n")[0]) for s in packages.split("\n\n") if s}
+    with open(os.path.join(ROOT, "roles/nvidia_driver/vars/Debian-12.yml")) as fh:
+        dvars = yaml.safe_load(fh)
+    with open(os.path.join(ROOT, "roles/nvidia_driver/defaults/main.yml")) as fh:
+        defaults = yaml.safe_load(fh)
+    version = defaults["nvidia_driver_version"] + dvars["__nvidia_driver_revision"]
+    names = list(dvars["__nvidia_driver_packages"]) + [
+        c["package"].replace("{{ nvidia_driver_branch }}", defaults["nvidia_driver_branch"])
+        for c in dvars["__nvidia_driver_components"].values() if c["same_version"]]
+    for name in names:
+        assert (name, version) in have, name
+    for path in ("cuda/debian12/x86_64/InRelease", "libnvidia-container/stable/gpgkey",
+                 "rocm/apt/7.0.2/dists/jammy/InRelease", "amdgpu/30.10.2/ubuntu/dists/jammy/InRelease"):
+        assert (tmp_path / path).exists(), path
+    assert "-----BEGIN PGP SIGNED MESSAGE-----" in (tmp_path / "cuda/debian12/x86_64/InRelease").read_text()
