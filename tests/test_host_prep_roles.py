@@ -1,0 +1,46 @@
+"""Static checks of the host-preparation roles (nvidia_driver, nvidia_container_toolkit,
+amd_rocm, preflight): inputs documented in argument_specs match defaults, every distribution
+named in the issue has its vars file, and prepare.yml chooses the GPU roles by data."""
+import os
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROLES = ["nvidia_driver", "nvidia_container_toolkit", "amd_rocm", "preflight"]
+
+
+def load(*parts):
+    with open(os.path.join(ROOT, *parts)) as fh:
+        return yaml.safe_load(fh)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_specs_cover_the_defaults(role):
+    defaults = load("roles", role, "defaults", "main.yml")
+    options = load("roles", role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options) - {"serving_spec"}
+    for name, value in defaults.items():
+        assert options[name].get("default") == value, name
+        assert name.startswith(role + "_"), name
+
+
+@pytest.mark.parametrize("role", ["nvidia_driver", "amd_rocm"])
+@pytest.mark.parametrize("distro", ["Debian-12", "Ubuntu-22.04", "Ubuntu-24.04"])
+def test_every_distribution_has_its_vars(role, distro):
+    data = load("roles", role, "vars", distro + ".yml")
+    repos = data.get("__nvidia_driver_default_repository") or data.get("__amd_rocm_default_repositories")
+    assert repos, distro
+
+
+def test_prepare_chooses_gpu_roles_by_vendor_data():
+    plays = load("playbooks", "prepare.yml")
+    play = plays[0]
+    assert play["hosts"] == "nodes"
+    assert play["roles"][0] == {"role": "serving"}
+    assert set(play["vars"]["prepare_gpu_roles"]) == {"nvidia", "amd", "cpu"}
+    names = [t.get("ansible.builtin.include_role", {}).get("name") for t in play["tasks"]]
+    assert names[:2] == ["preflight", "docker_engine"] and names[-1] == "preflight"
+    gpu = [t for t in play["tasks"] if "loop" in t][0]
+    assert "gpu" in gpu["tags"] and gpu["ansible.builtin.include_role"]["apply"]["tags"] == ["gpu"]
+    assert "when" not in gpu
