@@ -55,7 +55,8 @@ def run_module_bench(mod, args):
     buf = io.StringIO()
     margs = {"base_url": args.base_url, "engine": "vllm", "model": args.model, "checks": ["bench"],
              "bench": {"input_len": args.input_len, "output_len": args.output_len,
-                       "concurrency": args.concurrency, "num_prompts": args.num_prompts, "seed": args.seed},
+                       "concurrency": args.concurrency, "num_prompts": args.num_prompts,
+                       "seed": args.seed_module},
              "timeouts": {"request": 600, "bench": 3600}}
     if args.api_key:
         margs["api_key"] = args.api_key
@@ -83,7 +84,7 @@ def run_vllm_bench(args, workdir):
            "--model", args.model, "--tokenizer", args.tokenizer, "--dataset-name", "random",
            "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
            "--num-prompts", str(args.num_prompts), "--max-concurrency", str(args.concurrency),
-           "--request-rate", "inf", "--ignore-eos", "--seed", str(args.seed),
+           "--request-rate", "inf", "--ignore-eos", "--seed", str(args.seed_vllm),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", workdir, "--result-filename", os.path.basename(result)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -179,11 +180,15 @@ def main():
             # so the first measured run does not pay for first-time shapes and cache growth.
             warm = argparse.Namespace(**vars(args))
             warm.num_prompts = args.concurrency
+            warm.seed_module = args.seed + 999
             run_module_bench(mod, warm)
             rows = []
             for rnd in range(args.rounds):
                 # Alternate which tool goes first, so a drifting machine load biases neither.
                 first_module = rnd % 2 == 0
+                # Fresh prompts for every run (different seeds): no run finds its prompts in the
+                # server's prefix cache, like the published runs' flushed cache.
+                args.seed_module, args.seed_vllm = args.seed + 2 * rnd + 1, args.seed + 2 * rnd + 2
                 t0 = time.monotonic()
                 if first_module:
                     m = run_module_bench(mod, args)

@@ -132,9 +132,10 @@ options:
         type: int
         default: 128
       seed:
-        description: Seed of the random prompts.
+        description:
+          - Seed of the random prompts. Unset, a fresh seed is drawn (and reported) so a rerun
+            against the same server does not hit its prefix cache and report an optimistic TTFT.
         type: int
-        default: 0
       tolerance:
         description: Allowed excess over the reference before the comparison warns (0.10 = 10 %).
         type: float
@@ -256,7 +257,7 @@ def _fill_defaults(value, defaults):
 
 TIMEOUT_DEFAULTS = {"health": 300.0, "interval": 2.0, "request": 120.0, "bench": 1800.0}
 BENCH_DEFAULTS = {"input_len": 2048, "output_len": 256, "concurrency": 64, "num_prompts": 128,
-                  "seed": 0, "tolerance": 0.10, "reference": None}
+                  "seed": None, "tolerance": 0.10, "reference": None}
 
 
 def main():
@@ -289,7 +290,7 @@ def main():
                 output_len=dict(type="int", default=256),
                 concurrency=dict(type="int", default=64),
                 num_prompts=dict(type="int", default=128),
-                seed=dict(type="int", default=0),
+                seed=dict(type="int"),
                 tolerance=dict(type="float", default=0.10),
                 reference=dict(type="dict"),
             )),

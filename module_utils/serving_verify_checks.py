@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -361,13 +362,14 @@ class Verifier(object):
         failed = self._need_model("bench", start)
         if failed:
             return failed
-        b = self.p["bench"]
+        b = dict(self.p["bench"])
+        if b.get("seed") is None:
+            b["seed"] = random.SystemRandom().randrange(1, 2 ** 31)
         t = self.timeouts["request"]
         # Calibrate words per token with the server's own tokenizer (usage.prompt_tokens).
-        import random as _random
         probe_words = 200
         cal = self.client.post("/v1/completions", {"model": self.model, "max_tokens": 1,
-                                                   "prompt": random_prompt(_random.Random(b["seed"] + 1), probe_words)},
+                                                   "prompt": random_prompt(random.Random(b["seed"] + 1), probe_words)},
                                timeout=t)
         ptoks = ((cal.body or {}).get("usage") or {}).get("prompt_tokens") if cal.ok and isinstance(cal.body, dict) else None
         if not ptoks:
@@ -375,8 +377,10 @@ class Verifier(object):
                                 self.clock() - start, diagnosis=_http_diagnosis(cal, "bench"))
         words_per_token = float(probe_words) / ptoks
         prompts = bench_prompts(b["num_prompts"], b["input_len"], words_per_token, seed=b["seed"])
-        # One warm-up request (not counted), as vllm bench serve does.
-        warm = self._stream_one(prompts[0], min(b["output_len"], 16), t)
+        # One warm-up request (not counted), as vllm bench serve does; its own prompt, so that no
+        # measured prompt is already in the server's prefix cache.
+        warm_prompt = bench_prompts(1, b["input_len"], words_per_token, seed=b["seed"] + 2)[0]
+        warm = self._stream_one(warm_prompt, min(b["output_len"], 16), t)
         if not warm["ok"]:
             return check_result("bench", False, "warm-up request failed: %s" % warm["error"],
                                 self.clock() - start, diagnosis=_http_diagnosis(_Status(warm.get("status")), "bench"))
@@ -395,7 +399,7 @@ class Verifier(object):
         duration = time.monotonic() - run_start
         metrics = bench_metrics(results, duration)
         workload = {"input_len": b["input_len"], "output_len": b["output_len"],
-                    "concurrency": b["concurrency"], "num_prompts": b["num_prompts"]}
+                    "concurrency": b["concurrency"], "num_prompts": b["num_prompts"], "seed": b["seed"]}
         reference = b.get("reference") or REFERENCE_FIGURES.get(self.p.get("profile") or "")
         comparison = compare_reference(metrics, reference, workload, b["tolerance"])
         data = {"workload": workload, "words_per_token": words_per_token, "metrics": metrics,
