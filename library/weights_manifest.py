@@ -86,6 +86,11 @@ complete_files:
   type: list
   elements: str
   returned: always
+mismatched_files:
+  description: Files fetched for this revision whose server etag is not the listed checksum (other bytes).
+  type: list
+  elements: str
+  returned: always
 pending_files:
   description: Files still to download.
   type: list
@@ -177,19 +182,24 @@ def plan(entries, revision, local):
 
     local: {relpath: {"size": int, "metadata": dict or None}} for files found locally.
     """
-    complete, pending, pending_bytes = [], [], 0
+    complete, pending, mismatched, pending_bytes = [], [], [], 0
     for e in entries:
         found = local.get(e["path"])
         meta = found and found.get("metadata")
-        ok = (found is not None and found["size"] == e["size"] and meta is not None
-              and meta["commit"] == revision and meta["etag"] == expected_etag(e))
-        if ok:
+        fetched = (found is not None and found["size"] == e["size"] and meta is not None
+                   and meta["commit"] == revision)
+        if fetched and meta["etag"] == expected_etag(e):
             complete.append(e["path"])
+        elif fetched:
+            # Downloaded for this revision, but the server's etag is not the listed checksum:
+            # the mirror served other bytes. Not pending (the client will not fetch it again).
+            mismatched.append(e["path"])
         else:
             pending.append(e["path"])
             pending_bytes += e["size"]
     return {
         "complete_files": complete,
+        "mismatched_files": mismatched,
         "pending_files": pending,
         "pending_bytes": pending_bytes,
         "total_bytes": sum(e["size"] for e in entries),
@@ -210,8 +220,8 @@ def anchor_entry(entry, revision, metadata, read_bytes):
         raise AnchorError("%s: downloaded from commit %s, not the pinned %s" % (path, metadata["commit"], revision))
     if entry["lfs_sha256"]:
         if metadata["etag"] != entry["lfs_sha256"]:
-            raise AnchorError("%s: the hub's sha256 %s differs from the etag recorded at download %s"
-                              % (path, entry["lfs_sha256"], metadata["etag"]))
+            raise AnchorError("%s: the hub lists sha256 %s but the server's etag at download was %s: the mirror "
+                              "served other bytes for this name" % (path, entry["lfs_sha256"], metadata["etag"]))
         return entry["lfs_sha256"], "lfs"
     data = read_bytes()
     blob = git_blob_sha1(data)

@@ -255,7 +255,7 @@ def test_listed_files_and_plan(tmp_path):
     local = {"LICENSE": {"size": len(files["LICENSE"]), "metadata": {"commit": REV, "etag": entries[0]["oid"]}},
              "config.json": {"size": 1, "metadata": {"commit": REV, "etag": entries[1]["oid"]}}}
     out = manifest_mod.plan(entries, REV, local)
-    assert out["complete_files"] == ["LICENSE"]
+    assert out["complete_files"] == ["LICENSE"] and out["mismatched_files"] == []
     assert out["pending_bytes"] == sum(len(v) for k, v in files.items() if k != "LICENSE")
     assert out["total_bytes"] == sum(len(v) for v in files.values())
 
@@ -271,6 +271,14 @@ def test_listed_files_refuses(tree, needle):
         manifest_mod.listed_files(tree)
 
 
+def test_plan_mismatched_etag_is_not_pending():
+    e = {"path": "s", "size": 5, "oid": "a" * 40, "lfs_sha256": H1}
+    out = manifest_mod.plan([e], REV, {"s": {"size": 5, "metadata": {"commit": REV, "etag": H2}}})
+    assert out["mismatched_files"] == ["s"] and out["pending_files"] == [] and out["complete_files"] == []
+    out = manifest_mod.plan([e], REV, {"s": {"size": 5, "metadata": {"commit": "f" * 40, "etag": H1}}})
+    assert out["pending_files"] == ["s"] and out["pending_bytes"] == 5
+
+
 def test_anchor_entry_cases():
     data = b"print(1)\n"
     small = {"path": "m.py", "size": len(data), "oid": common.git_blob_sha1(data), "lfs_sha256": None}
@@ -284,7 +292,7 @@ def test_anchor_entry_cases():
         manifest_mod.anchor_entry(small, REV, None, lambda: data)
     lfs = {"path": "s", "size": 1, "oid": "a" * 40, "lfs_sha256": H1}
     assert manifest_mod.anchor_entry(lfs, REV, {"commit": REV, "etag": H1}, None) == (H1, "lfs")
-    with pytest.raises(manifest_mod.AnchorError, match="differs from the etag"):
+    with pytest.raises(manifest_mod.AnchorError, match="served other bytes"):
         manifest_mod.anchor_entry(lfs, REV, {"commit": REV, "etag": H2}, None)
 
 
