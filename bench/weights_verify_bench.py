@@ -99,13 +99,14 @@ def run_module(d, manifest, cold, workers):
     args = "path=%s manifest=%s marker=%s" % (d, manifest, marker)
     if workers:
         args += " workers=%d" % workers
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_CALLBACKS_ENABLED="")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="oneline",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     t = time.perf_counter()
     out = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "weights_verify",
+                          "-e", "ansible_python_interpreter=" + sys.executable,
                           "-a", args], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
     wall = time.perf_counter() - t
-    res = json.loads(out)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    res = json.loads(re.search(r"=> (\{.*\})", out).group(1))
     if not res.get("verified"):
         sys.exit("weights_verify did not verify the bench shards: %s" % res.get("msg"))
     return res, wall
