@@ -55,7 +55,9 @@ def tokens(text):
 def run_plan(plan_dir, *extra):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH=str(ROOT / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""))
-    args = ["ansible-playbook", str(ROOT / "playbooks" / "plan.yml"), "-e", "plan_dir=%s" % plan_dir]
+    # `-i localhost,`: the matrix defaults, not the choices of the inventory ansible.cfg names
+    args = ["ansible-playbook", "-i", "localhost,", str(ROOT / "playbooks" / "plan.yml"),
+            "-e", "plan_dir=%s" % plan_dir]
     for item in extra:
         args += ["-e", json.dumps(item) if isinstance(item, dict) else item]
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
