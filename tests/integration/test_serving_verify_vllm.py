@@ -94,7 +94,9 @@ class Engine(object):
             # The lab's image (scripts/vllm-cpu-image.sh), published on loopback only, the way
             # the model_server role runs it; the key is passed by name from the environment.
             self.container = "mm3-verify-test-%s-%d" % (name, self.port)
-            args = ["docker", "run", "--rm", "--name", self.container, "-p", "127.0.0.1:%d:8000" % self.port,
+            # vLLM's engine needs ~160 MiB of /dev/shm; Docker's default is 64 MiB.
+            args = ["docker", "run", "--rm", "--name", self.container, "--shm-size", "1g",
+                    "-p", "127.0.0.1:%d:8000" % self.port,
                     "-v", "%s:/models/tiny-m3:ro" % MODEL_DIR, "-e", "HF_HUB_OFFLINE=1",
                     "-e", "VLLM_LOGGING_LEVEL=WARNING"] + (["-e", "VLLM_API_KEY"] if api_key else []) + [
                     ENGINE_IMAGE, "vllm", "serve", "/models/tiny-m3", "--host", "0.0.0.0", "--port", "8000"] + serve
