@@ -8,6 +8,7 @@ docker run --rm --name minimax-m3 \
   mm3-lab/vllm-cpu:lab \
   vllm serve \
   --model /models/tiny-m3 \
+  --served-model-name mm3-lab/tiny-m3 \
   --max-model-len 4096 \
   --enforce-eager \
   --reasoning-parser qwen3 \

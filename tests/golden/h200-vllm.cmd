@@ -8,6 +8,7 @@ docker run --rm --name minimax-m3 \
   vllm/vllm-openai:minimax-m3 \
   vllm serve \
   --model /models/MiniMax-M3 \
+  --served-model-name MiniMaxAI/MiniMax-M3 \
   --tensor-parallel-size 8 \
   --block-size 128 \
   --max-model-len 65536 \
