@@ -96,6 +96,20 @@ def image_ref(image):
     return "%s:%s" % (image.get("repository"), tag)
 
 
+def image_local_tag(image):
+    """The local tag under which a node keeps an image it received by `docker load`.
+
+    docker save/load keeps no repo digest, so on an air-gapped node `repository@sha256:...`
+    cannot resolve. image_carry tags the loaded image (after checking its ID against the one
+    staging pulled by digest) as repository:pinned-<digest hex>; model_server runs it under
+    that name when the digest reference does not resolve. None when there is no digest.
+    """
+    digest = image.get("digest")
+    if not digest or image.get("local_id") or not DIGEST_RE.match(str(digest)):
+        return None
+    return "%s:pinned-%s" % (image.get("repository"), str(digest).split(":", 1)[1])
+
+
 def _int_or_none(value):
     if value is None or (isinstance(value, str) and value.strip() == ""):
         return None
@@ -220,7 +234,8 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
                         % (img.get("repository"), img.get("tag_family") or img.get("tag") or "none"))
     spec["image"] = {"repository": img.get("repository"), "digest": digest or None,
                      "tag": img.get("tag") or img.get("tag_family"),
-                     "local_id": bool(img.get("local_id")), "ref": image_ref(img)}
+                     "local_id": bool(img.get("local_id")), "ref": image_ref(img),
+                     "local_tag": image_local_tag(img)}
 
     # Network exposure.
     try:

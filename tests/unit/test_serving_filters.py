@@ -188,3 +188,12 @@ def test_served_model_name_when_the_engine_declares_it():
         weights_revision="a" * 40)
     assert spec["command"][:6] == ["vllm", "serve", "--model", "/models/MiniMax-M3",
                                    "--served-model-name", "MiniMaxAI/MiniMax-M3"]
+
+
+def test_local_tag_names_a_loaded_image_by_its_digest():
+    digest = "sha256:" + "ab" * 32
+    img = {"repository": "lmsysorg/sglang", "digest": digest}
+    assert serving.image_local_tag(img) == "lmsysorg/sglang:pinned-" + "ab" * 32
+    # No digest, or an image already pinned by its ID: nothing to bridge.
+    assert serving.image_local_tag({"repository": "r", "tag": "lab"}) is None
+    assert serving.image_local_tag({"repository": "r", "digest": digest, "local_id": True}) is None
