@@ -9,7 +9,7 @@ export ANSIBLE_FORCE_COLOR := 0
 STAGE := scripts/stage.sh
 # Molecule scenarios run by `make test`, in this order (each: create, converge,
 # idempotence, verify, destroy).
-SCENARIOS ?= docker_engine model_server
+SCENARIOS ?= docker_engine model_server nvidia_host
 
 .PHONY: help test lab lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
 
