@@ -8,8 +8,9 @@ export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 STAGE := scripts/stage.sh
 # Molecule scenarios run by `make test`, in this order (each: create, converge,
-# idempotence, verify, destroy).
-SCENARIOS ?= docker_engine model_server nvidia_host
+# idempotence, verify, destroy). molecule/image_carry runs by hand (make molecule
+# SCENARIOS=image_carry): the lab carries the real engine image through the same role in CI.
+SCENARIOS ?= docker_engine model_server nvidia_host weights
 
 .PHONY: help test lab lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
 
