@@ -7,12 +7,15 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
 STAGE := scripts/stage.sh
-# Molecule scenarios run by `make test`, in this order (each: create, converge,
-# idempotence, verify, destroy). molecule/image_carry runs by hand (make molecule
-# SCENARIOS=image_carry): the lab carries the real engine image through the same role in CI.
+# Molecule scenarios (each: create, converge, idempotence, verify, destroy). `make test` runs
+# them in two lanes at once (see `test` below); `make molecule` runs SCENARIOS one after the
+# other. molecule/image_carry runs by hand (make molecule SCENARIOS=image_carry): the lab
+# carries the real engine image through the same role in CI.
 SCENARIOS ?= docker_engine model_server nvidia_host weights
+LANE_CHECKS_SCENARIOS ?= nvidia_host model_server
+LANE_ENGINE_SCENARIOS ?= docker_engine weights
 
-.PHONY: help test lab lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
+.PHONY: help test test-serial lab lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
 
 help:
 	@echo "make lab       run the whole path on the embedded lab (containers on this machine)"
@@ -35,19 +38,29 @@ lint: bootstrap
 	@$(STAGE) ansible-lint ansible-lint --offline
 
 pytest: bootstrap
-	@$(STAGE) pytest pytest -m "not engine"
+	@$(STAGE) pytest pytest -p no:cacheprovider -m "not engine"
 
 # The verification module against a real engine: vLLM's CPU build in the image the lab also
 # serves (built here, cached by content hash) with the tiny model committed under
 # tests/fixtures/tiny-m3. MM3_REQUIRE_ENGINE makes a missing engine a failure, not a skip.
 engine-test: bootstrap images
 	@$(STAGE) vllm-cpu-image scripts/vllm-cpu-image.sh
-	@$(STAGE) engine-tests env MM3_ENGINE=docker MM3_REQUIRE_ENGINE=1 pytest -m engine tests/integration
+	@$(STAGE) engine-tests env MM3_ENGINE=docker MM3_REQUIRE_ENGINE=1 pytest -p no:cacheprovider -m engine tests/integration
 
 molecule: bootstrap images
 	@for s in $(SCENARIOS); do $(STAGE) molecule-$$s molecule test -s $$s || exit 1; done
 
-test: lint pytest engine-test molecule
+# Every check, in two lanes at once (scripts/lanes.sh; each line of output carries its lane's
+# name): `checks` = lint, pytest, the host-preparation and model-server scenarios; `engine` =
+# the engine image build, the real-engine tests, the Docker and weights scenarios (balanced by
+# the measured stage times in the README). Together they run exactly the stages of
+# `make test-serial`, which runs them one after the other.
+test: bootstrap images
+	@scripts/lanes.sh \
+	  checks "$(MAKE) --no-print-directory lint pytest molecule SCENARIOS='$(LANE_CHECKS_SCENARIOS)'" \
+	  engine "$(MAKE) --no-print-directory engine-test molecule SCENARIOS='$(LANE_ENGINE_SCENARIOS)'"
+
+test-serial: lint pytest engine-test molecule
 
 bench: bootstrap
 	python bench/weights_verify_bench.py
