@@ -52,10 +52,11 @@ molecule: bootstrap images
 
 # Every check, in two lanes at once (scripts/lanes.sh; each line of output carries its lane's
 # name): `checks` = lint, pytest, the host-preparation and model-server scenarios; `engine` =
-# the engine image build, the real-engine tests, the Docker and weights scenarios (balanced by
-# the measured stage times in the README). Together they run exactly the stages of
-# `make test-serial`, which runs them one after the other.
-test: bootstrap images
+# the Docker engine and base images, the engine image build, the real-engine tests, the Docker
+# and weights scenarios (balanced by the measured stage times in the README). Lint and pytest
+# need no image, so they run while the engine lane builds them (the image scripts take a lock).
+# Together they run exactly the stages of `make test-serial`, one after the other there.
+test: bootstrap
 	@scripts/lanes.sh \
 	  checks "$(MAKE) --no-print-directory lint pytest molecule SCENARIOS='$(LANE_CHECKS_SCENARIOS)'" \
 	  engine "$(MAKE) --no-print-directory engine-test molecule SCENARIOS='$(LANE_ENGINE_SCENARIOS)'"

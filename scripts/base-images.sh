@@ -21,7 +21,8 @@ if [ ${#suites[@]} -eq 0 ]; then
   fi
 fi
 
-for suite in "${suites[@]}"; do
+build_suite() {
+  local suite=$1 v hash final start rootfs
   v=${version[$suite]:?unknown suite $suite (known: ${!version[*]})}
   hash=$( { cat "$0" "$dockerfile"; echo "$suite $mirror"; } | sha256sum | cut -c1-12)
   final="$repo/debian$v-systemd"
@@ -29,18 +30,31 @@ for suite in "${suites[@]}"; do
   if docker image inspect "$final:$hash" >/dev/null 2>&1; then
     docker tag "$final:$hash" "$final:latest"
     echo "base-images: $final:$hash cached (content hash of the inputs), tagged latest"
-    continue
+    return
   fi
   rootfs=$(mktemp -d /tmp/rootfs-$suite.XXXXXX)
-  trap 'rm -rf "$rootfs"' EXIT
+  trap 'rm -rf "$rootfs" "$rootfs.log"' EXIT
   echo "base-images: debootstrap $suite from $mirror (about a minute)"
   debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \
     || { tail -20 "$rootfs.log"; echo "base-images: debootstrap $suite failed (log above)" >&2; exit 1; }
   tar -C "$rootfs" -c . | docker import - "$repo/debian$v-rootfs:$hash" >/dev/null
-  rm -rf "$rootfs" "$rootfs.log"; trap - EXIT
   echo "base-images: building $final:$hash (python3, python3-apt, systemd)"
   docker build -q --build-arg "BASE=$repo/debian$v-rootfs:$hash" \
     --label "org.mm3.content-hash=$hash" -t "$final:$hash" -t "$final:latest" \
     "$here/images/debian-systemd" >/dev/null
   echo "base-images: $final:$hash built in $(( $(date +%s) - start )) s"
+}
+
+# One build at a time per machine (make test's lanes may both ask): a second caller waits,
+# then finds the images cached.
+exec 9>"${TMPDIR:-/tmp}/mm3-base-images.lock"
+flock 9
+# The suites are independent and mostly wait on the mirror: build them at the same time.
+pids=()
+for suite in "${suites[@]}"; do
+  ( build_suite "$suite" ) &
+  pids+=("$!")
 done
+rc=0
+for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+exit $rc

@@ -5,6 +5,9 @@
 # not systemd (CI containers and sandboxes).
 set -euo pipefail
 log=/var/log/mm3-dockerd.log
+# One caller at a time (make test's lanes may both ask; two apt runs would collide).
+exec 9>"${TMPDIR:-/tmp}/mm3-docker-ready.lock"
+flock 9
 
 need_root() {
   echo "docker-ready: $1 Run as root:  $2" >&2

@@ -7,6 +7,10 @@
 #   usage: scripts/vllm-cpu-image.sh [TAG]   (default mm3-lab/vllm-cpu:lab)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+# One build at a time per machine (make test's engine lane and make lab may both ask): a second
+# caller waits, then finds the image cached.
+exec 9>"${TMPDIR:-/tmp}/mm3-vllm-cpu-image.lock"
+flock 9
 tag=${1:-mm3-lab/vllm-cpu:lab}
 base=${VLLM_CPU_BASE:-mm3-lab/debian12-systemd:latest}
 # The runtime stage starts from the bare debootstrap rootfs that $base was built on
