@@ -33,7 +33,7 @@ build_suite() {
     return
   fi
   rootfs=$(mktemp -d /tmp/rootfs-$suite.XXXXXX)
-  trap 'rm -rf "$rootfs" "$rootfs.log"' EXIT
+  trap "rm -rf '$rootfs' '$rootfs.log'" EXIT
   echo "base-images: debootstrap $suite from $mirror (about a minute)"
   debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \
     || { tail -20 "$rootfs.log"; echo "base-images: debootstrap $suite failed (log above)" >&2; exit 1; }

@@ -38,7 +38,8 @@ if [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ]; then
 else
   [ "$(id -u)" = 0 ] || need_root "the Docker engine is not running." "dockerd &"
   echo "docker-ready: starting dockerd (no systemd here; log in $log)"
-  setsid nohup dockerd >"$log" 2>&1 < /dev/null &
+  # 9>&-: the daemon must not inherit (and so hold forever) the lock taken above.
+  setsid nohup dockerd >"$log" 2>&1 < /dev/null 9>&- &
 fi
 for _ in $(seq 1 60); do
   if docker info >/dev/null 2>&1; then
