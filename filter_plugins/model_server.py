@@ -13,11 +13,45 @@ import shlex
 _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
+def hardening_args(container):
+    """The least-privilege options of serving_spec.container, in a fixed order:
+    --security-opt no-new-privileges, --cap-drop X.., --cap-add X.., --pids-limit N,
+    --read-only, --tmpfs PATH[:opts].., --user UID[:GID]. Empty for an empty dict."""
+    container = container or {}
+    args = []
+    if container.get("no_new_privileges"):
+        args += ["--security-opt", "no-new-privileges"]
+    for cap in container.get("cap_drop") or []:
+        args += ["--cap-drop", str(cap)]
+    for cap in container.get("cap_add") or []:
+        args += ["--cap-add", str(cap)]
+    if container.get("pids_limit") is not None:
+        args += ["--pids-limit", str(container["pids_limit"])]
+    if container.get("read_only"):
+        args += ["--read-only"]
+    for mount in container.get("tmpfs") or []:
+        args += ["--tmpfs", str(mount)]
+    if container.get("user") is not None:
+        args += ["--user", str(container["user"])]
+    return args
+
+
+def _env_args(spec):
+    """-e HF_HUB_OFFLINE=1, then the entry's and the container's environment, sorted."""
+    env = dict(spec.get("env") or {})
+    env.update((spec.get("container") or {}).get("env") or {})
+    argv = ["-e", "HF_HUB_OFFLINE=1"]
+    for key in sorted(env):
+        argv += ["-e", "%s=%s" % (key, env[key])]
+    return argv
+
+
 def docker_run_argv(spec, name="minimax-m3", shm_size="32g", config_host_path=None,
                     config_container_path=None, docker_bin="docker"):
-    """The `docker run` argv for a resolved serving_spec, in the seed's order:
+    """The `docker run` argv for a resolved serving_spec, in the seed's order, with the
+    container's least-privilege options (hardening_args) after --ipc=host:
 
-    docker run --rm --name N <device args> --shm-size 32g --ipc=host -p B:P:CP
+    docker run --rm --name N <device args> --shm-size 32g --ipc=host <hardening> -p B:P:CP
       -e HF_HUB_OFFLINE=1 [-e K=V ...] -v WEIGHTS:/models/X:ro [-v CONFIG:CCONFIG:ro]
       IMAGE <engine command> [--config CCONFIG]
 
@@ -27,10 +61,9 @@ def docker_run_argv(spec, name="minimax-m3", shm_size="32g", config_host_path=No
     argv = [docker_bin, "run", "--rm", "--name", name]
     argv += [str(a) for a in spec.get("device_args") or []]
     argv += ["--shm-size", str(shm_size), "--ipc=host"]
+    argv += hardening_args(spec.get("container"))
     argv += ["-p", "%s:%s:%s" % (spec["bind_address"], spec["port"], spec["container_port"])]
-    argv += ["-e", "HF_HUB_OFFLINE=1"]
-    for key in sorted(spec.get("env") or {}):
-        argv += ["-e", "%s=%s" % (key, spec["env"][key])]
+    argv += _env_args(spec)
     weights = spec["weights"]
     argv += ["-v", "%s:%s:ro" % (weights["dir"], weights["container_dir"])]
     with_config = bool(spec.get("auth")) and config_host_path and config_container_path
@@ -45,13 +78,11 @@ def docker_run_argv(spec, name="minimax-m3", shm_size="32g", config_host_path=No
 
 def msa_gate_argv(spec, gate_command, name="minimax-m3", docker_bin="docker"):
     """One-shot, single-process container for the MSA JIT warm-up gate: same image, same
-    devices and environment as the server, no port, no weights; exits non-zero when the gate
-    fails, which stops the unit before the multi-rank start."""
+    devices, environment and least privilege as the server, no port, no weights; exits
+    non-zero when the gate fails, which stops the unit before the multi-rank start."""
     argv = [docker_bin, "run", "--rm", "--name", name + "-msa-gate"]
     argv += [str(a) for a in spec.get("device_args") or []]
-    argv += ["--ipc=host", "-e", "HF_HUB_OFFLINE=1"]
-    for key in sorted(spec.get("env") or {}):
-        argv += ["-e", "%s=%s" % (key, spec["env"][key])]
+    argv += ["--ipc=host"] + hardening_args(spec.get("container")) + _env_args(spec)
     argv += [spec["image"]["ref"]]
     argv += [str(a) for a in gate_command]
     return argv

@@ -24,6 +24,15 @@ KNOWN_CAPABILITIES = ("text", "reasoning", "tools", "image", "video")
 TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size", "-tp")
 # Inside the container the model always sits under /models/<repo basename>, read-only.
 CONTAINER_MODELS_ROOT = "/models"
+# The container's least-privilege settings (serving_engines.<engine>.container, merged with an
+# entry's engines.<engine>.container): every key, with its default when absent.
+CONTAINER_DEFAULTS = {"no_new_privileges": True, "cap_drop": ["ALL"], "cap_add": [],
+                      "pids_limit": None, "read_only": False, "tmpfs": [], "user": None, "env": {}}
+# Matched whole (fullmatch): a trailing newline is refused too.
+CAPABILITY_RE = re.compile(r"ALL|(CAP_)?[A-Z][A-Z_]*")
+USER_RE = re.compile(r"[0-9]+(:[0-9]+)?")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TMPFS_RE = re.compile(r"/[A-Za-z0-9_./-]*(:[A-Za-z0-9_=,.-]+)?")
 
 
 def merge(base, *overrides):
@@ -119,11 +128,52 @@ def _int_or_none(value):
         return value  # caller reports it
 
 
+def container_settings(engine_facts, entry_engine, engine):
+    """The container's least-privilege settings for one engine of one entry, and the
+    blockers for values that would render a `docker run` that cannot start (each names the
+    fix). Engine-wide facts first, the entry's (and the site's overrides) merged over them."""
+    settings = merge(CONTAINER_DEFAULTS, (engine_facts or {}).get("container"),
+                     (entry_engine or {}).get("container"))
+    where = "serving_profile_overrides.engines.%s.container" % engine
+    blockers = []
+    for key in ("no_new_privileges", "read_only"):
+        if not isinstance(settings[key], bool):
+            blockers.append("%s.%s is %r: set true or false." % (where, key, settings[key]))
+    for key in ("cap_drop", "cap_add"):
+        caps = settings[key]
+        if not isinstance(caps, list) or not all(isinstance(c, str) and CAPABILITY_RE.fullmatch(c)
+                                                 for c in caps):
+            blockers.append("%s.%s is %r: give a list of capability names (ALL, NET_BIND_SERVICE, "
+                            "...)." % (where, key, caps))
+    pids = settings["pids_limit"]
+    if pids is not None and (isinstance(pids, bool) or not isinstance(pids, int)
+                             or not 1 <= pids <= 4194304):
+        blockers.append("%s.pids_limit is %r: give a whole number of processes between 1 and "
+                        "4194304 (or null for none)." % (where, pids))
+    tmpfs = settings["tmpfs"]
+    if not isinstance(tmpfs, list) or not all(isinstance(t, str) and TMPFS_RE.fullmatch(t)
+                                              for t in tmpfs):
+        blockers.append("%s.tmpfs is %r: give a list of absolute paths, each optionally with "
+                        "mount options (/tmp:rw,size=1g)." % (where, tmpfs))
+    user = settings["user"]
+    if user is not None and not (isinstance(user, str) and USER_RE.fullmatch(user)):
+        blockers.append("%s.user is %r: give a numeric uid[:gid] (e.g. \"65534:65534\") or null "
+                        "for the image's user." % (where, user))
+    env = settings["env"]
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and ENV_NAME_RE.fullmatch(k) and isinstance(v, str)
+            and not any(ord(ch) < 32 or ord(ch) == 127 for ch in v) for k, v in env.items()):
+        blockers.append("%s.env is %r: give a mapping of variable names to one-line strings."
+                        % (where, env))
+    return settings, blockers
+
+
 def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, engines=None,
                     device_args=None, tuning_presets=None, allow_inferred=False,
                     bind_address="127.0.0.1", port=30000, api_key_set=False, image=None,
                     allow_unpinned_image=False, weights_revision="", weights_root="/data/models",
-                    profile_overrides=None, tuning=None, capabilities=None, gpu_count=None):
+                    profile_overrides=None, tuning=None, capabilities=None, gpu_count=None,
+                    allow_request_logging=False):
     """Resolve the site choices into serving_spec. Never raises for bad input: every problem
     becomes one line in spec['blockers'], each naming the fix."""
     weights_repos = weights_repos or {}
@@ -139,7 +189,8 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         "gpu": {}, "tp": None, "capabilities": [], "weights": {}, "image": {},
         "device_args": [], "bind_address": bind_address, "port": None, "container_port": None,
         "health_path": None, "args": [], "env": {}, "command": [], "msa_warmup": False,
-        "auth": bool(api_key_set), "tuning": list(tuning or []), "blockers": blockers,
+        "auth": bool(api_key_set), "tuning": list(tuning or []), "container": {},
+        "blockers": blockers,
     }
 
     if profile not in matrix:
@@ -267,6 +318,15 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         blockers.append("profile '%s' has tp %s but its %s flags set %s: make them agree in "
                         "serving_profile_overrides." % (profile, tp, engine, args_tp))
 
+    logged = [a[0] for a in args if a and a[0] in (eng_facts.get("request_logging_flags") or [])]
+    if logged and not allow_request_logging:
+        blockers.append("%s flags include %s, which logs prompts or outputs: remove it from "
+                        "serving_profile_overrides, or set serving_allow_request_logging: true "
+                        "where your data policy permits it." % (engine, ", ".join(logged)))
+
+    container, container_blockers = container_settings(eng_facts, eng, engine)
+    blockers.extend(container_blockers)
+
     cport = int(eng_facts.get("container_port"))
     command = list(eng_facts.get("command") or [])
     command += [eng_facts.get("model_arg"), spec["weights"]["container_dir"]]
@@ -279,7 +339,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         device_args=list(device_args.get(gpu["vendor"], [])),
         container_port=cport, health_path=eng_facts.get("health_path", "/health"),
         args=args, env={str(k): str(v) for k, v in (eng.get("env") or {}).items()},
-        command=command, msa_warmup=bool(eng.get("msa_warmup", False)),
+        command=command, msa_warmup=bool(eng.get("msa_warmup", False)), container=container,
     )
     return spec
 

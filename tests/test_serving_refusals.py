@@ -73,6 +73,15 @@ REFUSALS = [
      ["serving_port 70000 is outside 1-65535"]),
     ("tuning-unknown", {"serving_profile": "b200", "serving_tuning": ["turbo"]},
      ["serving_tuning preset 'turbo' is unknown"]),
+    ("request-logging", {"serving_profile": "b200", "serving_profile_overrides": {"engines": {"sglang": {
+        "args": [["--tp", "8"], ["--log-requests"]]}}}},
+     ["flags include --log-requests, which logs prompts or outputs", "serving_allow_request_logging: true"]),
+    ("container-user-name", {"serving_profile": "b200", "serving_profile_overrides": {"engines": {"sglang": {
+        "container": {"user": "sglang"}}}}},
+     ["serving_profile_overrides.engines.sglang.container.user is 'sglang'", "numeric uid[:gid]"]),
+    ("container-pids-string", {"serving_profile": "b200", "serving_profile_overrides": {"engines": {"sglang": {
+        "container": {"pids_limit": "lots"}}}}},
+     ["container.pids_limit is 'lots'", "whole number of processes"]),
 ]
 
 

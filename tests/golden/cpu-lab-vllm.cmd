@@ -1,8 +1,15 @@
 docker run --rm --name minimax-m3 \
   --shm-size 32g \
   --ipc=host \
+  --security-opt no-new-privileges \
+  --cap-drop ALL \
+  --pids-limit 1024 \
+  --read-only \
+  --tmpfs /tmp:rw,nosuid,nodev,size=1g,mode=1777 \
+  --user 65534:65534 \
   -p 127.0.0.1:30000:8000 \
   -e HF_HUB_OFFLINE=1 \
+  -e HOME=/tmp \
   -e VLLM_CPU_KVCACHE_SPACE=1 \
   -v /data/models/tiny-m3:/models/tiny-m3:ro \
   mm3-lab/vllm-cpu:lab \

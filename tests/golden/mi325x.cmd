@@ -4,6 +4,9 @@ docker run --rm --name minimax-m3 \
   --group-add video \
   --shm-size 32g \
   --ipc=host \
+  --security-opt no-new-privileges \
+  --cap-drop ALL \
+  --pids-limit 16384 \
   -p 127.0.0.1:30000:30000 \
   -e HF_HUB_OFFLINE=1 \
   -e SGLANG_USE_AITER=1 \

@@ -133,11 +133,77 @@ SEED_OFFLINE = [
     "--mem-fraction-static", "0.65", "--host", "0.0.0.0", "--port", "30000"]
 
 
-def test_docker_argv_b200_is_the_seed_offline_command():
+# What every GPU engine container adds to the seed's command, after --ipc=host (issue 18).
+LEAST_PRIVILEGE = ["--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--pids-limit", "16384"]
+
+
+def test_docker_argv_b200_is_the_seed_offline_command_plus_least_privilege():
     spec = resolve("b200")
     argv = ms.docker_run_argv(spec, config_host_path="/etc/minimax-m3/engine.yaml",
                               config_container_path="/etc/model-server/engine.yaml")
-    assert argv == SEED_OFFLINE
+    at = SEED_OFFLINE.index("--ipc=host") + 1
+    assert argv == SEED_OFFLINE[:at] + LEAST_PRIVILEGE + SEED_OFFLINE[at:]
+
+
+@pytest.mark.parametrize("container,expected", [
+    ({}, []),
+    ({"no_new_privileges": False, "cap_drop": [], "pids_limit": None}, []),
+    ({"no_new_privileges": True, "cap_drop": ["ALL"], "cap_add": ["NET_BIND_SERVICE"], "pids_limit": 64,
+      "read_only": True, "tmpfs": ["/tmp:size=1g", "/run"], "user": "1000:1000"},
+     ["--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--cap-add", "NET_BIND_SERVICE",
+      "--pids-limit", "64", "--read-only", "--tmpfs", "/tmp:size=1g", "--tmpfs", "/run", "--user", "1000:1000"]),
+])
+def test_hardening_args(container, expected):
+    assert ms.hardening_args(container) == expected
+
+
+def test_container_env_joins_the_entry_env_sorted():
+    spec = resolve("cpu-lab", engine="vllm", image={"digest": DIGEST}, weights_revision="a" * 40)
+    argv = ms.docker_run_argv(spec)
+    envs = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
+    assert envs == ["HF_HUB_OFFLINE=1", "HOME=/tmp", "VLLM_CPU_KVCACHE_SPACE=1"]
+    assert argv[argv.index("--user") + 1] == "65534:65534" and "--read-only" in argv
+
+
+@pytest.mark.parametrize("override,needle", [
+    ({"pids_limit": "2048"}, "pids_limit is '2048': give a whole number"),
+    ({"pids_limit": True}, "pids_limit is True"),
+    ({"pids_limit": 0}, "pids_limit is 0"),
+    ({"read_only": "yes"}, "read_only is 'yes': set true or false"),
+    ({"no_new_privileges": None}, "no_new_privileges is None"),
+    ({"cap_drop": "ALL"}, "cap_drop is 'ALL': give a list of capability names"),
+    ({"cap_add": ["net_admin"]}, "cap_add is ['net_admin']"),
+    ({"tmpfs": ["tmp"]}, "tmpfs is ['tmp']: give a list of absolute paths"),
+    ({"tmpfs": ["/tmp\n[Service]"]}, "tmpfs is"),
+    ({"user": "nobody"}, "user is 'nobody': give a numeric uid[:gid]"),
+    ({"user": 1000}, "user is 1000"),
+    ({"user": "1000\n"}, "user is '1000\\n'"),
+    ({"tmpfs": ["/tmp\n"]}, "tmpfs is"),
+    ({"env": {"HOME": "/tmp\nExecStartPre=/bin/true"}}, "env is"),
+    ({"env": {"1BAD": "x"}}, "env is"),
+])
+def test_container_settings_refused_with_the_fix(override, needle):
+    spec = resolve("b200", profile_overrides={"engines": {"sglang": {"container": override}}})
+    found = [b for b in spec["blockers"] if "serving_profile_overrides.engines.sglang.container." in b]
+    assert len(found) == 1 and needle in found[0], spec["blockers"]
+
+
+@pytest.mark.parametrize("profile,engine,flag", [("b200", "sglang", "--log-requests"),
+                                                 ("h200", "vllm", "--enable-log-requests")])
+def test_request_logging_refused_unless_allowed(profile, engine, flag):
+    args = VARS["serving_matrix"][profile]["engines"][engine]["args"] + [[flag]]
+    over = {"engines": {engine: {"args": args}}}
+    kw = dict(engine=engine, image={"digest": DIGEST}, weights_revision="a" * 40, profile_overrides=over)
+    refused = [b for b in resolve(profile, **kw)["blockers"] if "logs prompts or outputs" in b]
+    assert len(refused) == 1 and flag in refused[0] and "serving_allow_request_logging" in refused[0]
+    assert resolve(profile, allow_request_logging=True, **kw)["blockers"] == []
+
+
+def test_msa_gate_runs_with_the_servers_least_privilege():
+    spec = resolve("b200")
+    argv = ms.msa_gate_argv(spec, ["python3", "-c", "print(1)"])
+    at = argv.index("--ipc=host") + 1
+    assert argv[at:at + len(LEAST_PRIVILEGE)] == LEAST_PRIVILEGE
 
 
 def test_docker_argv_with_key_mounts_config_and_never_the_key():
