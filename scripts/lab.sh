@@ -28,6 +28,12 @@ case "${1:-up}" in
     echo
     [ -f reports/verify/summary.txt ] && { echo "== verification summary (reports/verify/)"; cat reports/verify/summary.txt; }
     ls reports/provenance/ 2>/dev/null | sed 's#^#== provenance record: reports/provenance/#' || true
+    # What Docker applied to the engine container (model_server refuses less than its spec).
+    for node in $(docker ps --filter label=org.mm3.lab=true --format '{{.Names}}' | grep -- '-node' | sort); do
+      echo "== engine container on $node: $(docker exec "$node" docker inspect --format \
+        'user={{.Config.User}} read-only-root={{.HostConfig.ReadonlyRootfs}} tmpfs={{json .HostConfig.Tmpfs}} cap-drop={{json .HostConfig.CapDrop}} security-opt={{json .HostConfig.SecurityOpt}} pids-limit={{.HostConfig.PidsLimit}} logs={{json .HostConfig.LogConfig}}' \
+        minimax-m3 2>&1)"
+    done
     [ $rc -eq 0 ] || { echo "lab: site.yml failed (rc=$rc), see $log" >&2; exit $rc; }
     recap=$(sed -n '/^PLAY RECAP/,/^$/p' "$log" | grep -E 'changed=' || true)
     echo "== site.yml recap"; echo "$recap"
