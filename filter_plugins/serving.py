@@ -33,6 +33,13 @@ CAPABILITY_RE = re.compile(r"ALL|(CAP_)?[A-Z][A-Z_]*")
 USER_RE = re.compile(r"[0-9]+(:[0-9]+)?")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TMPFS_RE = re.compile(r"/[A-Za-z0-9_./-]*(:[A-Za-z0-9_=,.-]+)?")
+# The API key: long, one token, not a value copied from an example.
+API_KEY_MIN_LENGTH = 32
+API_KEY_PLACEHOLDERS = ("changeme", "change-me", "change_me", "replaceme", "replace-me",
+                        "replace_me", "your-api-key", "your_api_key", "yourapikey", "placeholder",
+                        "example", "<", ">")
+# A control character (C0, DEL, C1) anywhere in a value that reaches a unit file or argv.
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def merge(base, *overrides):
@@ -168,14 +175,191 @@ def container_settings(engine_facts, entry_engine, engine):
     return settings, blockers
 
 
+def control_characters(value, where):
+    """One blocker per string under `value` (recursively) that holds a control character:
+    a newline in any value that reaches the unit would inject a unit line, in argv a second
+    command. The central check: serving_resolve runs it over the whole resolved spec."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += control_characters(key, where)
+            found += control_characters(item, "%s.%s" % (where, key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found += control_characters(item, "%s[%d]" % (where, index))
+    elif isinstance(value, str) and CONTROL_RE.search(value):
+        found.append("%s is %r, which holds a control character (newline, tab, ...): it would "
+                     "break the unit file or the command line; write it on one line without them."
+                     % (where, value))
+    return found
+
+
+def api_key_problem(key, defined=True):
+    """Why `serving_api_key` cannot be used as a key, or None (unset is fine: loopback only).
+    Never echoes the key."""
+    if not defined:
+        return None
+    fix = ("set serving_api_key to a random string of at least %d characters (openssl rand -hex 32), "
+           "vaulted, or remove the variable to serve on loopback without a key" % API_KEY_MIN_LENGTH)
+    if key is None:
+        return "serving_api_key is set but null (SGLang would read the key \"None\"): " + fix + "."
+    if not isinstance(key, str):
+        return "serving_api_key is a %s, not a string: %s." % (type(key).__name__, fix)
+    if CONTROL_RE.search(key) or any(ch.isspace() for ch in key):
+        return "serving_api_key holds whitespace or a control character: " + fix + "."
+    if len(key) < API_KEY_MIN_LENGTH:
+        return "serving_api_key has %d characters (at least %d): %s." % (len(key), API_KEY_MIN_LENGTH, fix)
+    lowered = key.lower()
+    if any(word in lowered for word in API_KEY_PLACEHOLDERS) or len(set(key)) < 8:
+        return "serving_api_key looks like a placeholder, not a random key: " + fix + "."
+    return None
+
+
+def port_problem(port, name="serving_port"):
+    """(port as int or None, blocker or None). An int, or a string of digits (an -e extra var),
+    in 1-65535; never a boolean (YAML `yes`)."""
+    if isinstance(port, bool) or not isinstance(port, (int, str)):
+        return None, ("%s is %r (%s): set a TCP port number between 1 and 65535."
+                      % (name, port, type(port).__name__))
+    text = str(port).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        return None, "%s is %r: set a TCP port number between 1 and 65535." % (name, port)
+    return int(text), None
+
+
+def bind_address_problem(address):
+    """Why serving_bind_address cannot be published by `docker run -p`, or None."""
+    if not isinstance(address, str):
+        return ("serving_bind_address is %r (%s): set an IP address of this node, e.g. 127.0.0.1."
+                % (address, type(address).__name__))
+    if address.strip().lower() == "localhost":
+        return ("serving_bind_address is 'localhost', which docker -p does not accept: set "
+                "127.0.0.1 (or ::1).")
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return ("serving_bind_address %r is not an IP address: set an address of this node "
+                "(127.0.0.1 keeps it on loopback)." % address)
+    return None
+
+
+def weights_root_problem(root):
+    """Why serving_weights_root cannot be the host side of a `-v` mount, or None."""
+    fix = "set serving_weights_root to an absolute, normalised path such as /data/models"
+    if not isinstance(root, str) or not root:
+        return "serving_weights_root is %r: %s." % (root, fix)
+    if CONTROL_RE.search(root) or ":" in root or "," in root:
+        return "serving_weights_root %r holds ':', ',' or a control character: %s." % (root, fix)
+    if not root.startswith("/") or ".." in root.split("/") or posixpath.normpath(root) != root:
+        return "serving_weights_root %r is not absolute and normalised (no '..', '.', '//' or " \
+               "trailing '/'): %s." % (root, fix)
+    return None
+
+
+def type_problems(inputs):
+    """One blocker per operator input given with the wrong type ({name: (value, type)}):
+    a list given as a string would otherwise be read character by character."""
+    names = {list: "a list", dict: "a mapping", str: "a string"}
+    problems = []
+    for name, (value, wanted) in inputs.items():
+        if value is None or isinstance(value, wanted):
+            continue
+        example = {list: " (e.g. [%s])" % value if isinstance(value, str) else "",
+                   dict: "", str: ""}[wanted]
+        problems.append("%s is %s (%r): give %s%s." % (name, type(value).__name__, value,
+                                                       names[wanted], example))
+    return problems
+
+
+def preset_conflicts(presets, names):
+    """Blockers for tuning presets that set one flag to different values ([oom_step3,
+    long_context] would silently undo the memory fix)."""
+    seen = {}
+    problems = []
+    for name in names or []:
+        for flag, value in (presets.get(name) or {}).items():
+            if flag in seen and str(seen[flag][1]) != str(value):
+                problems.append("serving_tuning presets '%s' and '%s' set %s to %s and %s: keep "
+                                "one of them." % (seen[flag][0], name, flag, seen[flag][1], value))
+            seen.setdefault(flag, (name, value))
+    return problems
+
+
+def args_problem(args, where):
+    """Why an engine's args are not a list of [flag, value?] lists of scalars, or None."""
+    if not isinstance(args, list) or not all(
+            isinstance(arg, list) and 1 <= len(arg) <= 2 and isinstance(arg[0], str)
+            and arg[0].startswith("-") and all(isinstance(t, (str, int, float)) and
+                                               not isinstance(t, bool) for t in arg)
+            for arg in args):
+        return ("%s is %r: give a list of [flag, value] or [flag] lists, e.g. "
+                "[[--mem-fraction-static, \"0.60\"]]." % (where, args))
+    return None
+
+
+def flag_range_problems(args, ranges, engine):
+    """Numeric flags outside their range (serving_flag_ranges): one blocker each."""
+    problems = []
+    for arg in args:
+        rule = (ranges or {}).get(arg[0])
+        if not rule or len(arg) < 2:
+            continue
+        value = str(arg[1]).strip()
+        try:
+            number = int(value) if rule.get("type") == "int" else float(value)
+        except ValueError:
+            number = None
+        allowed = [str(a) for a in rule.get("allow", [])]
+        ok = number is not None and (
+            value in allowed or (
+                ("gt" not in rule or number > rule["gt"]) and ("ge" not in rule or number >= rule["ge"])
+                and ("lt" not in rule or number < rule["lt"]) and ("le" not in rule or number <= rule["le"])))
+        if not ok:
+            bounds = ", ".join("%s %s" % (op, rule[key]) for key, op in
+                               (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")) if key in rule)
+            problems.append("%s %s is %s: it must be %s%s%s; fix it in serving_profile_overrides or "
+                            "serving_tuning." % (engine, arg[0], arg[1], "an integer" if rule.get("type")
+                                                 == "int" else "a number", " " + bounds if bounds else "",
+                                                 " (or %s)" % ", ".join(allowed) if allowed else ""))
+    return problems
+
+
+def removed_flags(base_args, args, required, capabilities):
+    """Flags of the matrix entry that an override may change but never remove: the TP flag,
+    the backends (required.always) and the parsers the advertised capabilities need."""
+    protected = list(required.get("always", []))
+    for cap in capabilities or []:
+        protected += required.get(cap, [])
+    present = {arg[0] for arg in args}
+    return [arg[0] for arg in base_args if arg[0] in protected and arg[0] not in present]
+
+
+def arg_sources(base_args, args, presets, tuning, source):
+    """["flag value", source] per resolved flag: the entry's source (seed, cookbook, recipe, lab), a
+    tuning preset that set it, or the site's override when it differs from the matrix."""
+    base = {arg[0]: [str(t) for t in arg[1:]] for arg in base_args}
+    result = []
+    for arg in args:
+        origin = source
+        for name in tuning or []:
+            if arg[0] in (presets.get(name) or {}):
+                origin = "tuning preset " + name
+        if origin == source and (arg[0] not in base or base[arg[0]] != [str(t) for t in arg[1:]]):
+            origin = "site override (serving_profile_overrides)"
+        result.append([" ".join(str(t) for t in arg), origin])
+    return result
+
+
 def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, engines=None,
                     device_args=None, tuning_presets=None, allow_inferred=False,
-                    bind_address="127.0.0.1", port=30000, api_key_set=False, image=None,
-                    allow_unpinned_image=False, weights_revision="", weights_root="/data/models",
-                    profile_overrides=None, tuning=None, capabilities=None, gpu_count=None,
-                    allow_request_logging=False):
+                    bind_address="127.0.0.1", port=30000, api_key=None, api_key_defined=False,
+                    image=None, allow_unpinned_image=False, weights_revision="",
+                    weights_root="/data/models", profile_overrides=None, tuning=None,
+                    capabilities=None, gpu_count=None, allow_request_logging=False,
+                    flag_ranges=None, flag_sources=None):
     """Resolve the site choices into serving_spec. Never raises for bad input: every problem
-    becomes one line in spec['blockers'], each naming the fix."""
+    becomes one line in spec['blockers'], each naming the fix. The API key itself is only
+    checked (api_key_problem), never stored in the spec."""
     weights_repos = weights_repos or {}
     engines = engines or {}
     device_args = device_args or {}
@@ -184,12 +368,31 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     profiles = sorted(matrix)
     profile = str(profile or "").strip()
 
+    # Inputs of the wrong type are refused once each, then treated as empty.
+    typed = type_problems({"serving_tuning": (tuning, list),
+                           "serving_capabilities": (capabilities, list),
+                           "serving_profile_overrides": (profile_overrides, dict),
+                           "serving_image": (image, dict),
+                           "serving_engine": (engine, str)})
+    blockers.extend(typed)
+    tuning = tuning if isinstance(tuning, list) else []
+    capabilities = capabilities if isinstance(capabilities, list) else []
+    profile_overrides = profile_overrides if isinstance(profile_overrides, dict) else {}
+    image = image if isinstance(image, dict) else {}
+    engine = engine if isinstance(engine, str) else ""
+
+    key_problem = api_key_problem(api_key, api_key_defined)
+    if key_problem:
+        blockers.append(key_problem)
+    api_key_set = api_key_defined and key_problem is None
+
     spec = {
         "profile": profile, "description": None, "status": None, "engine": engine,
         "gpu": {}, "tp": None, "capabilities": [], "weights": {}, "image": {},
         "device_args": [], "bind_address": bind_address, "port": None, "container_port": None,
-        "health_path": None, "args": [], "env": {}, "command": [], "msa_warmup": False,
-        "auth": bool(api_key_set), "tuning": list(tuning or []), "container": {},
+        "health_path": None, "args": [], "arg_sources": [], "source": None, "env": {},
+        "entrypoint": [], "command": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
+        "auth": bool(api_key_set), "tuning": list(tuning), "container": {},
         "blockers": blockers,
     }
 
@@ -202,7 +405,11 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     entry = merge(matrix[profile], profile_overrides)
     gpu = dict({"vendor": None, "model": None, "count": 0, "name_match": None,
                 "driver_floor": None, "rocm_floor": None, "fabric": None}, **entry.get("gpu", {}))
-    tp = int(entry.get("tp") or 0)
+    tp = _int_or_none(entry.get("tp"))
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        blockers.append("profile '%s' has tp %r: set serving_profile_overrides.tp to a whole number "
+                        ">= 1." % (profile, entry.get("tp")))
+        tp = 0
     spec.update(description=entry.get("description"), status=entry.get("status"), gpu=gpu, tp=tp)
 
     # Validation status: inferred rows need an explicit acknowledgement.
@@ -242,6 +449,9 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     repo_facts = weights_repos.get(repo, {})
     revision = str(weights_revision or "").strip() or repo_facts.get("revision")
     base = posixpath.basename(str(repo))
+    root_problem = weights_root_problem(weights_root)
+    if root_problem:
+        blockers.append(root_problem)
     root = str(weights_root).rstrip("/") or "/"
     if not revision:
         blockers.append("no pinned weights revision for %s: set serving_weights_revision to the "
@@ -257,6 +467,18 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         "manifest": posixpath.join(root, base + ".manifest.sha256"),
         "marker": posixpath.join(root, base + ".verified.json"),
     }
+
+    # Network exposure: an IP literal docker -p accepts, a port, a key off loopback.
+    address_problem = bind_address_problem(bind_address)
+    if address_problem:
+        blockers.append(address_problem)
+    elif not is_loopback(bind_address) and not api_key_set:
+        blockers.append("serving_bind_address %s is not loopback and serving_api_key is not set: "
+                        "set serving_api_key (vaulted) or bind 127.0.0.1." % bind_address)
+    host_port, problem = port_problem(port)
+    if problem:
+        blockers.append(problem)
+    spec["port"] = host_port
 
     # Engine: known, and the entry carries flags for it.
     entry_engines = entry.get("engines") or {}
@@ -288,31 +510,29 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
                      "local_id": bool(img.get("local_id")), "ref": image_ref(img),
                      "local_tag": image_local_tag(img)}
 
-    # Network exposure.
-    try:
-        ipaddress.ip_address(str(bind_address).strip())
-    except ValueError:
-        if str(bind_address).strip().lower() != "localhost":
-            blockers.append("serving_bind_address '%s' is not an IP address: set an address of "
-                            "this node (127.0.0.1 keeps it on loopback)." % bind_address)
-    if not is_loopback(bind_address) and not api_key_set:
-        blockers.append("serving_bind_address %s is not loopback and serving_api_key is not set: "
-                        "set serving_api_key (vaulted) or bind 127.0.0.1." % bind_address)
-    host_port = _int_or_none(port)
-    if not isinstance(host_port, int) or not 1 <= host_port <= 65535:
-        blockers.append("serving_port %s is outside 1-65535: set a valid TCP port." % port)
-    spec["port"] = host_port
-
-    # Flags: the entry's, with the tuning presets applied (SGLang's troubleshooting knobs).
-    args = [list(a) for a in eng.get("args") or []]
+    # Flags: the entry's (an override may replace the list: it must stay well-formed and keep
+    # what the matrix requires), with the tuning presets applied (SGLang's troubleshooting knobs).
+    base_args = [list(a) for a in ((matrix[profile].get("engines") or {}).get(engine) or {}).get("args") or []]
+    problem = args_problem(eng.get("args") or [], "serving_profile_overrides.engines.%s.args" % engine)
+    if problem:
+        blockers.append(problem)
+        args = base_args
+    else:
+        args = [list(a) for a in eng.get("args") or []]
     if tuning and engine != "sglang":
         blockers.append("serving_tuning presets are SGLang flags; engine '%s' takes none: clear "
                         "serving_tuning." % engine)
     else:
+        blockers.extend(preset_conflicts(tuning_presets, tuning))
         args, unknown = apply_presets(args, tuning_presets, tuning)
         for name in unknown:
             blockers.append("serving_tuning preset '%s' is unknown; valid presets: %s."
                             % (name, ", ".join(sorted(tuning_presets))))
+    for flag in removed_flags(base_args, args, eng_facts.get("required_flags") or {}, wanted):
+        blockers.append("%s flag %s of profile '%s' is missing from the resolved flags (an override "
+                        "replaced the list): an override may change it, never drop it; add it back "
+                        "to serving_profile_overrides.engines.%s.args." % (engine, flag, profile, engine))
+    blockers.extend(flag_range_problems(args, flag_ranges, engine))
     args_tp = tp_from_args(args)
     if args_tp is not None and args_tp != str(tp):
         blockers.append("profile '%s' has tp %s but its %s flags set %s: make them agree in "
@@ -329,18 +549,36 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
 
     cport = int(eng_facts.get("container_port"))
     command = list(eng_facts.get("command") or [])
-    command += [eng_facts.get("model_arg"), spec["weights"]["container_dir"]]
+    if eng_facts.get("model_arg"):
+        command += [eng_facts["model_arg"]]
+    command += [spec["weights"]["container_dir"]]  # no model_arg: positional (vllm serve MODEL)
+    # The name /v1/models lists (the verify playbook requires it): the hub name where the
+    # engine is told it; otherwise the engine's own default, the model path (SGLang
+    # ServerArgs: served_model_name = model_path when unset).
+    served_model_name = spec["weights"]["container_dir"]
     if eng_facts.get("served_model_name_arg"):
         # clients keep asking for the hub name although the model is loaded from a local path
         command += [eng_facts["served_model_name_arg"], str(repo)]
+        served_model_name = str(repo)
     command += flatten_args(args)
     command += ["--host", "0.0.0.0", "--port", str(cport)]
+    msa = eng.get("msa_warmup", False)
+    if not isinstance(msa, bool):
+        blockers.append("msa_warmup is %r: set true or false." % (msa,))
+    source = eng.get("source") or "matrix"
     spec.update(
         device_args=list(device_args.get(gpu["vendor"], [])),
         container_port=cport, health_path=eng_facts.get("health_path", "/health"),
         args=args, env={str(k): str(v) for k, v in (eng.get("env") or {}).items()},
-        command=command, msa_warmup=bool(eng.get("msa_warmup", False)), container=container,
+        entrypoint=[str(t) for t in eng_facts.get("image_entrypoint") or []],
+        served_model_name=served_model_name,
+        command=command, msa_warmup=msa is True, container=container,
+        jit_cache=dict(eng_facts.get("jit_cache") or {}) if msa is True else {},
+        source=(flag_sources or {}).get(source, source),
+        arg_sources=arg_sources(base_args, args, tuning_presets, tuning, source),
     )
+    # The central check: nothing that reaches the unit or argv holds a control character.
+    blockers.extend(control_characters({k: v for k, v in spec.items() if k != "blockers"}, "serving"))
     return spec
 
 

@@ -1,34 +1,31 @@
-"""Refusals of the `serving` role, each driven through ansible-playbook (real runs, no mocks).
+"""Refusals of the `serving` role, each driven through ansible-runner (real runs, no mocks).
 
 Every refusal the issue lists is one case: the run must fail (rc != 0) before anything
 changes, and the message must name the fix. Positive twins show the same input passes once
 the fix is applied. Runs tests/playbooks/serving-resolve.yml on localhost.
 """
 import json
-import os
 import pathlib
-import subprocess
 
 import pytest
+from helpers import failures, run_playbook
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PLAYBOOK = ROOT / "tests" / "playbooks" / "serving-resolve.yml"
 DIGEST = "sha256:" + "a" * 64  # a well-formed digest for profiles the matrix leaves unpinned
-SECRET = "test-key-7f3a9c1e-never-printed"
+SECRET = "test-key-7f3a9c1e-never-printed-0b5d2e"
 
 
 def run_serving(extra, tmp_path):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               PATH=str(ROOT / ".venv" / "bin") + os.pathsep
-               + os.environ.get("PATH", ""))
     spec_out = tmp_path / "spec.json"
-    extra = dict(extra, spec_out=str(spec_out))
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", "localhost,", str(PLAYBOOK), "-e", json.dumps(extra)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    out = proc.stdout + proc.stderr
+    runner, out = run_playbook("tests/playbooks/serving-resolve.yml", tmp_path,
+                               extravars=dict(extra, spec_out=str(spec_out)))
     spec = json.loads(spec_out.read_text()) if spec_out.exists() else None
-    return proc.returncode, " ".join(out.split()), spec
+    if runner.rc != 0:
+        # the refusal is the serving role's own fail task, not some other error
+        assert "Refuse the serving choices when something blocks a deployment" in " ".join(
+            str(task) for task in failures(runner)), out[-3000:]
+    return runner.rc, out, spec
 
 
 REFUSALS = [
@@ -68,9 +65,9 @@ REFUSALS = [
      ["serving_bind_address 0.0.0.0 is not loopback and serving_api_key is not set"]),
     ("bind-lan-without-key", {"serving_profile": "b200", "serving_bind_address": "10.1.2.3"},
      ["serving_bind_address 10.1.2.3 is not loopback"]),
-    ("port-zero", {"serving_profile": "b200", "serving_port": 0}, ["serving_port 0 is outside 1-65535"]),
+    ("port-zero", {"serving_profile": "b200", "serving_port": 0}, ["serving_port is 0: set a TCP port number between 1 and 65535"]),
     ("port-too-high", {"serving_profile": "b200", "serving_port": 70000},
-     ["serving_port 70000 is outside 1-65535"]),
+     ["serving_port is 70000: set a TCP port number between 1 and 65535"]),
     ("tuning-unknown", {"serving_profile": "b200", "serving_tuning": ["turbo"]},
      ["serving_tuning preset 'turbo' is unknown"]),
     ("request-logging", {"serving_profile": "b200", "serving_profile_overrides": {"engines": {"sglang": {
@@ -118,6 +115,11 @@ def test_accepted(case, extra, tmp_path):
     assert SECRET not in out
 
 
+def test_a_key_with_a_newline_is_never_printed(tmp_path):
+    rc, out, spec = run_serving({"serving_profile": "b200", "serving_api_key": SECRET + "\nX=1"}, tmp_path)
+    assert rc != 0 and SECRET not in out
+
+
 def test_spec_contract_b200(tmp_path):
     """The keys other roles rely on (the lead's contract), with the seed's values."""
     rc, out, spec = run_serving({"serving_profile": "b200"}, tmp_path)
@@ -143,7 +145,7 @@ def test_spec_contract_b200(tmp_path):
 def test_overrides_merge_and_tuning(tmp_path):
     """Overrides merge into the entry (combine recursive); presets replace a flag's value."""
     rc, out, spec = run_serving({
-        "serving_profile": "b200", "serving_tuning": ["oom_step2", "long_context"],
+        "serving_profile": "b200", "serving_tuning": ["oom_step1", "long_context"],
         "serving_profile_overrides": {"engines": {"sglang": {"env": {"NCCL_DEBUG": "INFO"}}}}},
         tmp_path)
     assert rc == 0, out[-3000:]

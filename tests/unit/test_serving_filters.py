@@ -28,7 +28,8 @@ def test_filters_registered():
     assert set(serving.FilterModule().filters()) == {
         "serving_resolve", "serving_blockers_text", "serving_is_loopback"}
     assert set(ms.FilterModule().filters()) == {
-        "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_shell_join",
+        "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_invocation",
+        "model_server_shell_join",
         "model_server_systemd_join"}
 
 
@@ -91,7 +92,7 @@ def test_blockers_are_collected_not_raised():
     text = "\n".join(spec["blockers"])
     for fragment in ("serving_allow_inferred", "serving_gpu_count is 4", "'video'",
                      "'image' on ROCm", "not a 40-hex commit", "has no digest",
-                     "not loopback", "outside 1-65535"):
+                     "not loopback", "serving_port is 0"):
         assert fragment in text, fragment
     assert serving.serving_blockers_text(spec).startswith("serving: profile 'mi325x' (sglang) refused:")
 
@@ -207,7 +208,7 @@ def test_msa_gate_runs_with_the_servers_least_privilege():
 
 
 def test_docker_argv_with_key_mounts_config_and_never_the_key():
-    spec = resolve("b200", bind_address="0.0.0.0", api_key_set=True)
+    spec = resolve("b200", bind_address="0.0.0.0", api_key="k" * 8 + "7f3a9c1e5d2b4a60" * 2, api_key_defined=True)
     argv = ms.docker_run_argv(spec, config_host_path="/etc/minimax-m3/engine.yaml",
                               config_container_path="/etc/model-server/engine.yaml")
     assert argv[argv.index("-p") + 1] == "0.0.0.0:30000:30000"
@@ -228,8 +229,11 @@ def test_msa_gate_argv():
     spec = resolve("b200")
     argv = ms.msa_gate_argv(spec, ["python3", "-c", "print(1)"], docker_bin="/usr/bin/docker")
     assert argv[:5] == ["/usr/bin/docker", "run", "--rm", "--name", "minimax-m3-msa-gate"]
-    assert "-p" not in argv and "-v" not in argv
+    assert "-p" not in argv and "-v" not in argv  # no JIT cache directory given: none mounted
     assert argv[-3:] == ["python3", "-c", "print(1)"]
+    cached = ms.msa_gate_argv(spec, ["python3", "-c", "print(1)"], jit_cache_dir="/var/cache/j/ab")
+    assert cached[cached.index("-v") + 1] == "/var/cache/j/ab:/var/cache/minimax-m3-jit"
+    assert "SGLANG_JIT_CACHE_DIR=/var/cache/minimax-m3-jit/sglang/jit" in cached
 
 
 def test_shell_join_round_trips():
@@ -252,7 +256,8 @@ def test_served_model_name_when_the_engine_declares_it():
         VARS["serving_matrix"], profile="h200", engine="vllm", weights_repos=VARS["serving_weights_repos"],
         engines=engines, device_args=VARS["serving_device_args"], image={"digest": DIGEST},
         weights_revision="a" * 40)
-    assert spec["command"][:6] == ["vllm", "serve", "--model", "/models/MiniMax-M3",
+    # positional model: `vllm serve MODEL` (--model is deprecated there)
+    assert spec["command"][:5] == ["vllm", "serve", "/models/MiniMax-M3",
                                    "--served-model-name", "MiniMaxAI/MiniMax-M3"]
 
 
