@@ -2,8 +2,15 @@
 """STAND-IN engine (not SGLang, not vLLM): the launch contract of the real engines, no model.
 
   sglang serve --model-path DIR [...] --host H --port P [--config FILE]
-  vllm serve --model DIR [...] --host H --port P [--config FILE]
-  standin-engine msa-gate      (the MSA warm-up gate: prints and exits 0)
+  vllm serve DIR | --model DIR [...] --host H --port P [--config FILE]
+  standin-engine msa-gate [--fail]   (the MSA warm-up gate: warms the JIT cache, exits 0;
+                                      --fail: exits 1 like an image without MSA)
+
+The image reproduces vllm/vllm-openai's ENTRYPOINT ["vllm", "serve"] (images/standin-engine/
+Dockerfile): arguments alone start the server; anything else needs --entrypoint.
+Like a real multi-rank start on a cold MSA JIT cache (the seed's "AttributeError: Module has no
+function 'plan'"), the server refuses to start when a JIT cache is mounted (XDG_CACHE_HOME set)
+but the gate never warmed it.
 
 Refuses to start (exit 2) unless HF_HUB_OFFLINE=1, the model directory exists with a
 config.json and is mounted read-only. With --config, reads `api-key` from that YAML file and
@@ -30,6 +37,24 @@ def option(argv, *names, default=None):
     return default
 
 
+# Options of the real engines that take no value (everything else starting with - takes one).
+SWITCHES = {"--enable-auto-tool-choice", "--enforce-eager", "--trust-remote-code",
+            "--skip-server-warmup", "--enable-log-requests", "--log-requests"}
+
+
+def positionals(tokens):
+    """The bare tokens of a command line, option values skipped."""
+    found, index = [], 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token.startswith("-"):
+            index += 1 if (token in SWITCHES or "=" in token) else 2
+            continue
+        found.append(token)
+        index += 1
+    return found
+
+
 def read_api_key(path):
     with open(path, encoding="utf-8") as handle:
         for line in handle:
@@ -44,14 +69,34 @@ def main(argv):
     prog = os.path.basename(argv[0])
     args = argv[1:]
     if args[:1] == ["msa-gate"]:
-        print("stand-in MSA gate: msa_available() = True (single process)", flush=True)
+        if "--fail" in args:
+            print("stand-in MSA gate: ModuleNotFoundError: No module named "
+                  "'sglang.srt.layers.attention.minimax_sparse_ops'", file=sys.stderr, flush=True)
+            return 1
+        cache = os.environ.get("XDG_CACHE_HOME")
+        if cache:
+            os.makedirs(os.path.join(cache, "standin-msa"), exist_ok=True)
+            with open(os.path.join(cache, "standin-msa", "warm"), "w", encoding="utf-8") as handle:
+                handle.write("compiled\n")
+        print("stand-in MSA gate: msa_available() = True (single process, cache %s)" % cache,
+              flush=True)
         return 0
     if prog not in ("sglang", "vllm") or args[:1] != ["serve"]:
         print(__doc__)
         return 0 if "--help" in args else 64
     if os.environ.get("HF_HUB_OFFLINE") != "1":
         fail("HF_HUB_OFFLINE is not 1 (an air-gapped node must not reach the hub)")
-    model = option(args, "--model-path", "--model")
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if cache and not os.path.isfile(os.path.join(cache, "standin-msa", "warm")):
+        fail("cold JIT cache at %s: AttributeError: Module has no function 'plan' (run the MSA "
+             "gate once in this image and cache first)" % cache)
+    positional = positionals(args[1:])
+    if len(positional) > 1:
+        # argparse in the real `vllm serve` / `sglang serve`: one positional (the model tag)
+        print("usage: %s serve [model_tag] [options]\n%s serve: error: unrecognized arguments: %s"
+              % (prog, prog, " ".join(positional[1:])), file=sys.stderr, flush=True)
+        return 2
+    model = option(args, "--model-path", "--model") or (positional[0] if positional else None)
     if not model or not os.path.isfile(os.path.join(model, "config.json")):
         fail("no model at %r (config.json missing)" % model)
     probe = os.path.join(model, ".write-probe")

@@ -8,6 +8,14 @@ docker run --rm --name minimax-m3 \
   -p 127.0.0.1:30000:30000 \
   -e HF_HUB_OFFLINE=1 \
   -v /data/models/MiniMax-M3-MXFP8:/models/MiniMax-M3-MXFP8:ro \
+  -v /var/cache/minimax-m3/jit/IMAGE-ID:/var/cache/minimax-m3-jit \
+  -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \
+  -e MINFER_FMHA_CACHE_DIR=/var/cache/minimax-m3-jit/minfer/fmha_sm100 \
+  -e SGLANG_JIT_CACHE_DIR=/var/cache/minimax-m3-jit/sglang/jit \
+  -e TORCHINDUCTOR_CACHE_DIR=/var/cache/minimax-m3-jit/inductor \
+  -e TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton \
+  -e TVM_FFI_CACHE_DIR=/var/cache/minimax-m3-jit/tvm-ffi \
+  -e XDG_CACHE_HOME=/var/cache/minimax-m3-jit \
   lmsysorg/sglang:dev-cu13-minimax-m3 \
   sglang serve \
   --trust-remote-code \

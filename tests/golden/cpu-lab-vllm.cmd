@@ -13,8 +13,7 @@ docker run --rm --name minimax-m3 \
   -e VLLM_CPU_KVCACHE_SPACE=1 \
   -v /data/models/tiny-m3:/models/tiny-m3:ro \
   mm3-lab/vllm-cpu:lab \
-  vllm serve \
-  --model /models/tiny-m3 \
+  /models/tiny-m3 \
   --served-model-name mm3-lab/tiny-m3 \
   --max-model-len 4096 \
   --enforce-eager \

@@ -9,8 +9,7 @@ docker run --rm --name minimax-m3 \
   -e HF_HUB_OFFLINE=1 \
   -v /data/models/MiniMax-M3:/models/MiniMax-M3:ro \
   vllm/vllm-openai:minimax-m3 \
-  vllm serve \
-  --model /models/MiniMax-M3 \
+  /models/MiniMax-M3 \
   --served-model-name MiniMaxAI/MiniMax-M3 \
   --tensor-parallel-size 8 \
   --block-size 128 \

