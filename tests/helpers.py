@@ -14,3 +14,34 @@ def load_source(name, path):
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_playbook(playbook, work_dir, extravars=None, inventory="localhost,", cmdline=None):
+    """Run a playbook through ansible-runner (the design card's runner), with the project's
+    ansible.cfg. Returns (runner, text): the runner's rc, status and events (structured
+    per-host results) and the whole stdout with whitespace collapsed, for message checks.
+    extravars travel typed (JSON), so booleans, nulls and lists reach the play as such."""
+    import ansible_runner  # imported here: only the playbook tests need it
+
+    private = os.path.join(os.fspath(work_dir), "runner")
+    os.makedirs(private, exist_ok=True)
+    runner = ansible_runner.run(
+        private_data_dir=private,
+        playbook=os.path.join(ROOT, playbook),
+        project_dir=ROOT,
+        inventory=inventory,
+        extravars=extravars or {},
+        cmdline=cmdline,
+        envvars={"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 "PATH": os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ.get("PATH", "")},
+        quiet=True,
+        timeout=900,
+    )
+    text = " ".join(runner.stdout.read().split())
+    return runner, text
+
+
+def failures(runner):
+    """{task name: msg} of every failed task in a runner's events."""
+    return {event["event_data"].get("task"): event["event_data"].get("res", {}).get("msg")
+            for event in runner.events if event.get("event") == "runner_on_failed"}
