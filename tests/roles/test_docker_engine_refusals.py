@@ -6,16 +6,13 @@ The "dead mirror" is a real TCP server on loopback that accepts and never answer
 test proves a timeout, not a hang.
 """
 import socket
-import subprocess
 import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import run_playbook
 
 
 @pytest.fixture
@@ -58,19 +55,15 @@ def run_role(tmp_path, repo):
                 docker_engine_apt_repository: {repo!r}
         """))
     start = time.monotonic()
-    proc = subprocess.run(
-        ["ansible-playbook", "--check", "-i", "localhost,", str(play),
-         "-e", f"ansible_python_interpreter={sys.executable}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    return proc, time.monotonic() - start
+    runner, out = run_playbook(str(play), tmp_path, cmdline="--check",
+                               extravars={"ansible_python_interpreter": sys.executable})
+    return runner.rc, out, time.monotonic() - start
 
 
 def test_dead_mirror_times_out_with_a_clear_message(tmp_path, silent_mirror):
-    proc, seconds = run_role(tmp_path, {"url": silent_mirror, "suite": "bookworm",
-                                        "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg"})
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out
+    rc, out, seconds = run_role(tmp_path, {"url": silent_mirror, "suite": "bookworm",
+                                           "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg"})
+    assert rc != 0, out
     assert "did not answer" in out and "docker_engine_apt_repository.url" in out, out
     assert seconds < 120, f"took {seconds:.0f} s: a hang, not a 3 s timeout"
 
@@ -80,7 +73,6 @@ def test_dead_mirror_times_out_with_a_clear_message(tmp_path, silent_mirror):
     ({"url": "ftp://mirror.example/docker", "signed_by": "/k.gpg"}, "needs an http(s) `url`"),
 ])
 def test_incomplete_source_is_refused(tmp_path, repo, needle):
-    proc, _ = run_role(tmp_path, repo)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out
+    rc, out, _ = run_role(tmp_path, repo)
+    assert rc != 0, out
     assert needle in out, out
