@@ -96,7 +96,9 @@ def run_module(d, manifest, cold, workers):
     marker = d.rstrip("/") + ".verified.json"
     if os.path.exists(marker):
         os.unlink(marker)
-    args = "path=%s manifest=%s marker=%s" % (d, manifest, marker)
+    with open(manifest, "rb") as f:
+        pinned = hashlib.sha256(f.read()).hexdigest()   # what an operator pins after review
+    args = "path=%s manifest=%s marker=%s manifest_sha256=%s" % (d, manifest, marker, pinned)
     if workers:
         args += " workers=%d" % workers
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="oneline",

@@ -18,6 +18,7 @@ import re
 from ansible.plugins.filter.core import combine
 
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 KNOWN_CAPABILITIES = ("text", "reasoning", "tools", "image", "video")
 # Flags that carry the tensor-parallel size, per engine.
@@ -350,13 +351,33 @@ def arg_sources(base_args, args, presets, tuning, source):
     return result
 
 
+def manifest_pin_for(inventory_pin, repo_facts, revision, inventory_revision):
+    """The pinned sha256 of the weights manifest, and a blocker or None.
+
+    The inventory's serving_weights_manifest_sha256 wins; the matrix's value
+    (serving_weights_repos.<repo>.manifest_sha256) holds only for the matrix's own revision,
+    never for a revision the inventory chose. Unpinned (None) is not a blocker here: the
+    staging run prints the hash for review and every node refuses to verify against nothing.
+    """
+    value = str(inventory_pin or "").strip()
+    if not value:
+        same_revision = not str(inventory_revision or "").strip() or revision == repo_facts.get("revision")
+        value = str(repo_facts.get("manifest_sha256") or "").strip() if same_revision else ""
+    if not value:
+        return None, None
+    if not SHA256_RE.match(value):
+        return None, ("serving_weights_manifest_sha256 %r is not a sha256 (64 lowercase hex): copy "
+                      "the value the staging run printed for review." % value)
+    return value, None
+
+
 def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, engines=None,
                     device_args=None, tuning_presets=None, allow_inferred=False,
                     bind_address="127.0.0.1", port=30000, api_key=None, api_key_defined=False,
                     image=None, allow_unpinned_image=False, weights_revision="",
                     weights_root="/data/models", profile_overrides=None, tuning=None,
                     capabilities=None, gpu_count=None, allow_request_logging=False,
-                    flag_ranges=None, flag_sources=None):
+                    flag_ranges=None, flag_sources=None, weights_manifest_sha256=""):
     """Resolve the site choices into serving_spec. Never raises for bad input: every problem
     becomes one line in spec['blockers'], each naming the fix. The API key itself is only
     checked (api_key_problem), never stored in the spec."""
@@ -459,8 +480,12 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     elif not REVISION_RE.match(str(revision)):
         blockers.append("weights revision '%s' for %s is not a 40-hex commit: set "
                         "serving_weights_revision to the full commit sha." % (revision, repo))
+    manifest_pin, pin_problem = manifest_pin_for(weights_manifest_sha256, repo_facts,
+                                                 revision, weights_revision)
+    if pin_problem:
+        blockers.append(pin_problem)
     spec["weights"] = {
-        "repo": repo, "revision": revision or None, "size_gb": repo_facts.get("size_gb"),
+        "repo": repo, "revision": revision or None, "manifest_sha256": manifest_pin, "size_gb": repo_facts.get("size_gb"),
         "format": repo_facts.get("format"), "license": repo_facts.get("license"),
         "dir": posixpath.join(root, base),
         "container_dir": posixpath.join(CONTAINER_MODELS_ROOT, base),

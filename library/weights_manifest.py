@@ -28,6 +28,12 @@ options:
     description: The pinned 40-hex commit; the client's metadata must name it.
     type: str
     required: true
+  repo:
+    description:
+      - The repository id, written with the revision into the manifest's header
+        (C(# repo:) and C(# revision:) lines, which C(sha256sum -c) skips), so the manifest and
+        the marker bound to it say what they are of.
+    type: str
   tree:
     description: The hub's listing of the revision (C(GET /api/models/REPO/tree/REV?recursive=true)).
     type: list
@@ -67,6 +73,7 @@ EXAMPLES = r"""
 - name: Manifest anchored on the hub's checksums
   weights_manifest:
     path: /data/models/MiniMax-M3-MXFP8
+    repo: MiniMaxAI/MiniMax-M3-MXFP8
     revision: c5454eb03678d8710e54a4e0fc681b9f3b4a3dba
     tree: "{{ weights_stage_tree.json }}"
     dest: /data/models/MiniMax-M3-MXFP8.manifest.sha256
@@ -263,6 +270,7 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             revision=dict(type="str", required=True),
+            repo=dict(type="str"),
             tree=dict(type="list", elements="dict", required=True),
             dest=dict(type="path"),
             license_file=dict(type="str", default="LICENSE"),
@@ -309,7 +317,10 @@ def main():
         lines.append((e["path"], digest))
         if e["path"] == p["license_file"]:
             license_sha = digest
-    text = format_manifest(lines)
+    try:
+        text = format_manifest(lines, {"repo": p["repo"], "revision": revision})
+    except ManifestError as exc:
+        module.fail_json(msg=str(exc), **result)
     data = text.encode("utf-8")
     result.update(manifest_sha256=hashlib.sha256(data).hexdigest(), license_sha256=license_sha,
                   lfs_files=kinds["lfs"], small_files=kinds["small"])

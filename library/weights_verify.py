@@ -14,8 +14,13 @@ description:
   - Hashes every file named by a C(sha256sum -c) format manifest with several processes
     (one reused read buffer per process, so memory stays bounded), compares with the manifest
     and reports failed, missing and extra files, bytes hashed, seconds and rate.
-  - Writes the verified marker (JSON bound to the sha256 of the manifest) only when every
-    file matches and none is missing; removes a stale marker otherwise.
+  - Trust ends at a pinned value. Before a byte of the weights is read, the manifest must hash
+    to I(manifest_sha256) (the value the inventory or matrix pins) and its header must name
+    I(repo) and I(revision) when they are given; otherwise the task fails and a marker is removed.
+  - Writes the verified marker (JSON bound to the sha256 of the manifest, the repo and the
+    revision) only when every file matches, none is missing and no file outside the manifest is
+    in the directory (the whole directory is mounted into the engine); removes a stale marker
+    otherwise.
   - Files under the tool directories C(.cache), C(.rsync-partial) and C(.~tmp~) are ignored.
 version_added: "1.0.0"
 options:
@@ -31,6 +36,25 @@ options:
     description: Where the verified marker is written (and removed when verification fails).
     type: path
     required: true
+  manifest_sha256:
+    description:
+      - The pinned sha256 of the manifest file. A manifest that hashes to anything else is
+        refused before any file is hashed.
+    type: str
+    required: true
+  repo:
+    description: The repository the manifest header must name (C(# repo:)); unchecked when unset.
+    type: str
+  revision:
+    description: The revision the manifest header must name (C(# revision:)); unchecked when unset.
+    type: str
+  extra_files:
+    description:
+      - C(refuse) fails verification when the directory holds files the manifest does not name
+        (they would be mounted into the engine); C(report) only lists them.
+    type: str
+    choices: [refuse, report]
+    default: refuse
   workers:
     description: Hashing processes; default the number of CPUs.
     type: int
@@ -65,6 +89,9 @@ EXAMPLES = r"""
     path: /data/models/MiniMax-M3-MXFP8
     manifest: /data/models/MiniMax-M3-MXFP8.manifest.sha256
     marker: /data/models/MiniMax-M3-MXFP8.verified.json
+    manifest_sha256: "{{ serving_spec.weights.manifest_sha256 }}"
+    repo: MiniMaxAI/MiniMax-M3-MXFP8
+    revision: c5454eb03678d8710e54a4e0fc681b9f3b4a3dba
   register: weights_sync_verify
 
 - name: Re-verify only the files that were repaired
@@ -72,6 +99,7 @@ EXAMPLES = r"""
     path: /data/models/MiniMax-M3-MXFP8
     manifest: /data/models/MiniMax-M3-MXFP8.manifest.sha256
     marker: /data/models/MiniMax-M3-MXFP8.verified.json
+    manifest_sha256: "{{ serving_spec.weights.manifest_sha256 }}"
     files: "{{ weights_sync_verify.failed_files + weights_sync_verify.missing_files }}"
 """
 
@@ -91,7 +119,7 @@ missing_files:
   elements: str
   returned: always
 extra_files:
-  description: Files in the directory that the manifest does not name (reported, not an error).
+  description: Files in the directory that the manifest does not name (refused unless extra_files=report).
   type: list
   elements: str
   returned: always
@@ -123,6 +151,14 @@ manifest_sha256:
   description: sha256 of the manifest file (what the marker is bound to).
   type: str
   returned: always
+repo:
+  description: The repository the manifest header names.
+  type: str
+  returned: always
+revision:
+  description: The revision the manifest header names.
+  type: str
+  returned: always
 marker_written:
   description: The marker was (or in check mode would be) written.
   type: bool
@@ -145,9 +181,11 @@ from ansible.module_utils.weights_common import (
     ManifestError,
     compare,
     list_files,
+    manifest_header,
     marker_document,
     marker_valid,
     parse_manifest,
+    pin_problem,
     sha256_file,
     sha256_text,
 )
@@ -196,12 +234,30 @@ def hash_files(root, relpaths, workers, buffer_size):
     return digests, total, errors
 
 
+def mismatch_message(root, outcome):
+    """What differs from the manifest, and the way out."""
+    parts = []
+    if outcome["failed_files"] or outcome["missing_files"]:
+        parts.append("%d failed (%s), %d missing (%s): re-sync these files"
+                     % (len(outcome["failed_files"]), ", ".join(outcome["failed_files"][:10]),
+                        len(outcome["missing_files"]), ", ".join(outcome["missing_files"][:10])))
+    if outcome["extra_files"]:
+        parts.append("%d file(s) the manifest does not name (%s): remove them, the whole directory "
+                     "is mounted into the engine" % (len(outcome["extra_files"]),
+                                                     ", ".join(outcome["extra_files"][:10])))
+    return "%s does not match its manifest: %s" % (root, "; ".join(parts))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
             manifest=dict(type="path", required=True),
             marker=dict(type="path", required=True),
+            manifest_sha256=dict(type="str", required=True),
+            repo=dict(type="str"),
+            revision=dict(type="str"),
+            extra_files=dict(type="str", choices=["refuse", "report"], default="refuse"),
             workers=dict(type="int"),
             buffer_size=dict(type="int", default=16777216),
             files=dict(type="list", elements="str", default=[]),
@@ -224,10 +280,21 @@ def main():
         module.fail_json(msg="cannot read the manifest %s: %s" % (p["manifest"], exc))
     manifest_sha256 = sha256_text(manifest_bytes)
     try:
-        entries = parse_manifest(manifest_bytes.decode("utf-8"))
+        manifest_text = manifest_bytes.decode("utf-8")
+        entries = parse_manifest(manifest_text)
     except (ManifestError, UnicodeDecodeError) as exc:
-        module.fail_json(msg="manifest %s is not usable: %s" % (p["manifest"], exc),
-                         manifest_sha256=manifest_sha256)
+        entries, manifest_text = None, ""
+        problem = "manifest %s is not usable: %s" % (p["manifest"], exc)
+    header = manifest_header(manifest_text)
+    refusal = pin_problem(manifest_sha256, p["manifest_sha256"], header, p["repo"], p["revision"])
+    if refusal or entries is None:
+        # Nothing in the directory is trusted: a marker from an earlier run goes too.
+        removed = os.path.exists(p["marker"])
+        if removed and not module.check_mode:
+            os.unlink(p["marker"])
+        module.fail_json(msg="%s: %s" % (p["manifest"], refusal) if refusal else problem,
+                         manifest_sha256=manifest_sha256, verified=False, marker_removed=removed,
+                         changed=removed)
 
     names = {path for path, _ in entries}
     only = set(p["files"])
@@ -255,6 +322,8 @@ def main():
             if path not in only and path in present:
                 digests[path] = digest
     outcome = compare(entries, digests, present)
+    if outcome["extra_files"] and p["extra_files"] == "refuse":
+        outcome["ok"] = False
 
     marker_text = None
     if os.path.exists(p["marker"]):
@@ -265,13 +334,14 @@ def main():
             marker_text = ""
     marker_written = marker_removed = False
     if outcome["ok"]:
-        if not marker_valid(marker_text, manifest_sha256, root):
+        if not marker_valid(marker_text, manifest_sha256, root, header.get("repo"), header.get("revision")):
             marker_written = True
             if not module.check_mode:
                 doc = marker_document(
                     manifest_sha256, root, len(entries),
                     sum(sizes.get(path, 0) for path in names),
-                    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    header.get("repo"), header.get("revision"))
                 tmp = p["marker"] + ".tmp"
                 with open(tmp, "w") as f:
                     json.dump(doc, f, indent=2, sort_keys=True)
@@ -296,15 +366,13 @@ def main():
         rate=round(nbytes / seconds, 1),
         workers=max(1, min(workers, len(todo) or 1)),
         manifest_sha256=manifest_sha256,
+        repo=header.get("repo"),
+        revision=header.get("revision"),
         marker_written=marker_written,
         marker_removed=marker_removed,
     )
     if not outcome["ok"] and p["fail_on_mismatch"]:
-        module.fail_json(
-            msg="%s does not match its manifest: %d failed (%s), %d missing (%s); re-sync these files"
-            % (root, len(outcome["failed_files"]), ", ".join(outcome["failed_files"][:10]),
-               len(outcome["missing_files"]), ", ".join(outcome["missing_files"][:10])),
-            **result)
+        module.fail_json(msg=mismatch_message(root, outcome), **result)
     module.exit_json(**result)
 
 

@@ -62,9 +62,40 @@ def check_relpath(path, number=0):
     return path
 
 
-def format_manifest(entries):
-    """Render (relpath, sha256) pairs as `sha256sum -c` input, sorted by path."""
+# Header lines of a manifest: `# <key>: <value>` before the first entry, naming what the
+# manifest is of. `sha256sum -c` skips lines that begin with `#`, so the file stays its input.
+HEADER_KEYS = ("repo", "revision")
+HEADER_VALUE_RE = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
+
+
+def manifest_header(text):
+    """The `# key: value` header of a manifest as a dict (keys in HEADER_KEYS only)."""
+    header = {}
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        if not line.strip():
+            continue
+        if not line.startswith("#"):
+            break
+        match = re.match(r"^# ([a-z_]+): (.*)$", line)
+        if match and match.group(1) in HEADER_KEYS and match.group(1) not in header:
+            header[match.group(1)] = match.group(2).strip()
+    return header
+
+
+def format_manifest(entries, header=None):
+    """Render (relpath, sha256) pairs as `sha256sum -c` input, sorted by path.
+
+    header: optional {key: value} (keys from HEADER_KEYS) written first as `# key: value`.
+    """
     lines = []
+    for key in HEADER_KEYS:
+        value = (header or {}).get(key)
+        if value is None:
+            continue
+        if not HEADER_VALUE_RE.match(str(value)):
+            raise ManifestError("manifest header %s is not a plain name: %r" % (key, value))
+        lines.append("# %s: %s\n" % (key, value))
     for path, digest in sorted(entries):
         check_relpath(path)
         if not SHA256_RE.match(digest):
@@ -99,10 +130,12 @@ def compare(expected, actual_digests, present):
     }
 
 
-def marker_document(manifest_sha256, path, files, nbytes, verified_at):
-    """The verified marker (contract in the brief): bound to the manifest's hash."""
+def marker_document(manifest_sha256, path, files, nbytes, verified_at, repo=None, revision=None):
+    """The verified marker: bound to the manifest's hash and the repo and revision it names."""
     return {
         "manifest_sha256": manifest_sha256,
+        "repo": repo,
+        "revision": revision,
         "path": path,
         "files": files,
         "bytes": nbytes,
@@ -110,8 +143,8 @@ def marker_document(manifest_sha256, path, files, nbytes, verified_at):
     }
 
 
-def marker_valid(marker_text, manifest_sha256, path=None):
-    """True when the marker parses and names this manifest hash (and this dir if given)."""
+def marker_valid(marker_text, manifest_sha256, path=None, repo=None, revision=None):
+    """True when the marker parses and names this manifest hash (and dir, repo, revision if given)."""
     if marker_text is None:
         return False
     try:
@@ -120,9 +153,32 @@ def marker_valid(marker_text, manifest_sha256, path=None):
         return False
     if not isinstance(doc, dict) or doc.get("manifest_sha256") != manifest_sha256:
         return False
-    if path is not None and doc.get("path") != path:
-        return False
+    for key, want in (("path", path), ("repo", repo), ("revision", revision)):
+        if want is not None and doc.get(key) != want:
+            return False
     return True
+
+
+def pin_problem(manifest_sha256, pinned, header, repo=None, revision=None):
+    """Why a manifest must not be trusted, or None.
+
+    manifest_sha256: the sha256 of the manifest's bytes; pinned: the value the inventory or
+    matrix pins (None = not pinned); header: manifest_header() of it; repo/revision: what the
+    caller expects it to describe (None = not checked). Checked before any file is hashed.
+    """
+    if pinned is not None:
+        pinned = str(pinned).strip().lower()
+        if not SHA256_RE.match(pinned):
+            return "the pinned manifest sha256 %r is not 64 hex characters" % pinned
+        if manifest_sha256 != pinned:
+            return ("the manifest hashes to %s, not to the pinned %s (serving_weights_manifest_sha256): "
+                    "it was changed, or it is another revision's; no file was hashed"
+                    % (manifest_sha256, pinned))
+    for key, want in (("repo", repo), ("revision", revision)):
+        if want is not None and header.get(key) != want:
+            return ("the manifest names %s %r in its header, not %r: it belongs to another %s"
+                    % (key, header.get(key), want, key))
+    return None
 
 
 def git_blob_sha1(data):

@@ -274,6 +274,7 @@ def test_plan_prints_requirements_sources_and_blockers(plan_defaults):
     assert "RAM >= 256 GB; /dev/shm >= 32 GB; port 30000/tcp free on 127.0.0.1" in out
     assert "ROCm >= 7.2" in out
     assert "weights: MiniMaxAI/MiniMax-M3-MXFP8 @ c5454eb03678d8710e54a4e0fc681b9f3b4a3dba" in out
+    assert "manifest sha256 NOT PINNED: the first staging run prints it for review" in out
     assert "exposed: http://127.0.0.1:30000/health" in out
     assert "--attention-backend fa4 [seed]" in out and "--attention-backend fa4 [cookbook]" in out
     assert "flags from the seed's offline quickstart" in out

@@ -55,6 +55,8 @@ REFUSALS = [
      ["revision 'main'", "not a 40-hex commit", "serving_weights_revision"]),
     ("revision-short", {"serving_profile": "b200", "serving_weights_revision": "c5454eb"},
      ["not a 40-hex commit"]),
+    ("manifest-pin-not-hex", {"serving_profile": "b200", "serving_weights_manifest_sha256": "sha256:" + "a" * 64},
+     ["serving_weights_manifest_sha256", "is not a sha256 (64 lowercase hex)", "the staging run printed"]),
     ("revision-missing-bf16", {"serving_profile": "h200", "serving_image": {"digest": DIGEST}},
      ["no pinned weights revision for MiniMaxAI/MiniMax-M3", "serving_weights_revision"]),
     ("image-without-digest", {"serving_profile": "b300"},

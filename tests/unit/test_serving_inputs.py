@@ -204,3 +204,39 @@ def test_served_model_name_is_what_the_engine_will_list():
     told it (vLLM --served-model-name), else SGLang's own default, the model path."""
     assert resolve()["served_model_name"] == "/models/MiniMax-M3-MXFP8"
     assert resolve(**H200_VLLM)["served_model_name"] == "MiniMaxAI/MiniMax-M3"
+
+
+# --- the pinned manifest hash (issue 12) ---------------------------------------------------
+
+PIN = "3a" * 32
+
+
+def test_manifest_pin_from_the_inventory_reaches_the_spec():
+    spec = resolve(weights_manifest_sha256=PIN)
+    assert spec["blockers"] == [] and spec["weights"]["manifest_sha256"] == PIN
+
+
+@pytest.mark.parametrize("value", ["abc", PIN.upper(), "sha256:" + PIN, PIN + "0", PIN[:-1] + "\n"])
+def test_malformed_manifest_pin_is_refused(value):
+    spec = resolve(weights_manifest_sha256=value)
+    assert any("serving_weights_manifest_sha256" in b for b in spec["blockers"]), value
+    assert spec["weights"]["manifest_sha256"] is None
+
+
+def test_matrix_pin_holds_only_for_the_matrix_revision():
+    repos = {k: dict(v) for k, v in VARS["serving_weights_repos"].items()}
+    repos["MiniMaxAI/MiniMax-M3-MXFP8"]["manifest_sha256"] = PIN
+    matrix_rev = repos["MiniMaxAI/MiniMax-M3-MXFP8"]["revision"]
+    same = serving.manifest_pin_for("", repos["MiniMaxAI/MiniMax-M3-MXFP8"], matrix_rev, "")
+    assert same == (PIN, None)
+    # the inventory moved to another revision: the matrix's hash is not that revision's
+    other = serving.manifest_pin_for("", repos["MiniMaxAI/MiniMax-M3-MXFP8"], "d" * 40, "d" * 40)
+    assert other == (None, None)
+    # the inventory's own pin always wins
+    assert serving.manifest_pin_for("4" * 64, repos["MiniMaxAI/MiniMax-M3-MXFP8"], matrix_rev, "")[0] == "4" * 64
+
+
+def test_unpinned_manifest_is_not_a_blocker_at_resolve_time():
+    """The staging run is what produces the hash to review: resolving must not refuse it."""
+    spec = resolve()
+    assert spec["blockers"] == [] and spec["weights"]["manifest_sha256"] is None

@@ -123,8 +123,13 @@ def _make_dir(tmp_path, n=4, size=200_000):
     (wdir / ".cache" / "huggingface").mkdir(parents=True)
     (wdir / ".cache" / "huggingface" / "x.metadata").write_text("junk")
     man = tmp_path / "weights.manifest.sha256"
-    man.write_text("".join(lines))
+    man.write_text("# repo: org/tiny\n# revision: %s\n%s" % ("a" * 40, "".join(lines)))
     return wdir, man, tmp_path / "weights.verified.json"
+
+
+def _pin(man):
+    """What an operator pins after review: the sha256 of the manifest's bytes."""
+    return hashlib.sha256(man.read_bytes()).hexdigest()
 
 
 def _run(module, args, check=False):
@@ -142,7 +147,7 @@ def _result(capsys):
 def test_verify_main_ok_writes_marker_then_idempotent(tmp_path, capsys):
     wdir, man, marker = _make_dir(tmp_path)
     args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2,
-            "buffer_size": 65536}
+            "buffer_size": 65536, "manifest_sha256": _pin(man), "repo": "org/tiny", "revision": "a" * 40}
     _run(verify, args, check=True)
     res = _result(capsys)
     assert res["verified"] and res["changed"] and res["marker_written"] and not marker.exists()
@@ -153,6 +158,7 @@ def test_verify_main_ok_writes_marker_then_idempotent(tmp_path, capsys):
     doc = json.loads(marker.read_text())
     assert doc["manifest_sha256"] == hashlib.sha256(man.read_bytes()).hexdigest()
     assert doc["path"] == str(wdir) and doc["files"] == 4 and doc["bytes"] == 600_000 + 1000
+    assert doc["repo"] == "org/tiny" and doc["revision"] == "a" * 40
     assert doc["verified_at"].endswith("Z")
     _run(verify, args)
     assert _result(capsys)["changed"] is False
@@ -160,7 +166,8 @@ def test_verify_main_ok_writes_marker_then_idempotent(tmp_path, capsys):
 
 def test_verify_main_flipped_byte_missing_extra_removes_marker(tmp_path, capsys):
     wdir, man, marker = _make_dir(tmp_path)
-    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2}
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2,
+            "manifest_sha256": _pin(man)}
     _run(verify, args)
     _result(capsys)
     shard = wdir / "model-00002.safetensors"
@@ -183,7 +190,7 @@ def test_verify_main_flipped_byte_missing_extra_removes_marker(tmp_path, capsys)
 def test_verify_main_subset_for_repair(tmp_path, capsys):
     wdir, man, marker = _make_dir(tmp_path)
     args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
-            "files": ["model-00001.safetensors"]}
+            "files": ["model-00001.safetensors"], "manifest_sha256": _pin(man)}
     _run(verify, args)
     res = _result(capsys)
     assert res["verified"] and res["files_hashed"] == 1 and res["bytes_hashed"] == 200_000
@@ -201,7 +208,8 @@ def test_verify_main_subset_for_repair(tmp_path, capsys):
 ])
 def test_verify_main_refusals(tmp_path, capsys, change, needle):
     wdir, man, marker = _make_dir(tmp_path)
-    args = dict({"path": str(wdir), "manifest": str(man), "marker": str(marker)}, **change)
+    args = dict({"path": str(wdir), "manifest": str(man), "marker": str(marker),
+                 "manifest_sha256": _pin(man)}, **change)
     _run(verify, args)
     res = _result(capsys)
     assert res["failed"] and needle in res["msg"]
@@ -210,9 +218,91 @@ def test_verify_main_refusals(tmp_path, capsys, change, needle):
 def test_verify_main_bad_manifest(tmp_path, capsys):
     wdir, man, marker = _make_dir(tmp_path)
     man.write_text("garbage line\n")
-    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker)})
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)})
     res = _result(capsys)
     assert res["failed"] and "not usable" in res["msg"]
+
+
+def test_verify_main_extra_file_refused_unless_report(tmp_path, capsys):
+    """A file the manifest does not name would be mounted into the engine (--trust-remote-code
+    imports *.py from there): verification fails and names it; extra_files=report only lists it."""
+    wdir, man, marker = _make_dir(tmp_path)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)}
+    _run(verify, args)
+    assert _result(capsys)["verified"] and marker.exists()
+    (wdir / "evil_extra.py").write_text("import os\n")
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["failed"] and res["verified"] is False and res["extra_files"] == ["evil_extra.py"]
+    assert "evil_extra.py" in res["msg"] and "does not name" in res["msg"] and not marker.exists()
+    _run(verify, dict(args, extra_files="report"))
+    res = _result(capsys)
+    assert res["verified"] and res["extra_files"] == ["evil_extra.py"] and marker.exists()
+
+
+def _tamper_shard_and_line(wdir, man):
+    """Rewrite a shard and its manifest line together (consistent, but not what was pinned)."""
+    shard = wdir / "model-00001.safetensors"
+    shard.write_bytes(b"other bytes")
+    digest = hashlib.sha256(b"other bytes").hexdigest()
+    lines = [("%s  model-00001.safetensors" % digest) if line.endswith("model-00001.safetensors") else line
+             for line in man.read_text().splitlines()]
+    man.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("fault", ["shard and line rewritten", "cut to one file", "header of another revision"])
+def test_verify_main_refuses_a_manifest_that_is_not_the_pinned_one(tmp_path, capsys, monkeypatch, fault):
+    """The pinned hash is checked before any byte is hashed; a marker from before goes."""
+    wdir, man, marker = _make_dir(tmp_path)
+    pinned = _pin(man)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pinned}
+    _run(verify, args)
+    assert _result(capsys)["verified"] and marker.exists()
+    if fault == "shard and line rewritten":
+        _tamper_shard_and_line(wdir, man)
+    elif fault == "cut to one file":
+        man.write_text("".join(l + "\n" for l in man.read_text().splitlines() if l.endswith("modeling.py")))
+    else:
+        man.write_text(man.read_text().replace("# revision: " + "a" * 40, "# revision: " + "b" * 40))
+    hashed = []
+    monkeypatch.setattr(verify, "hash_files", lambda *a, **k: hashed.append(a) or ({}, 0, {}))
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["failed"] and res["verified"] is False and res["marker_removed"] and not marker.exists()
+    assert pinned in res["msg"] and res["manifest_sha256"] in res["msg"] and "no file was hashed" in res["msg"]
+    assert hashed == []
+
+
+def test_verify_main_refuses_a_manifest_of_another_repo_or_revision(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)}
+    _run(verify, dict(args, revision="b" * 40))
+    res = _result(capsys)
+    assert res["failed"] and "revision" in res["msg"] and "a" * 40 in res["msg"] and "b" * 40 in res["msg"]
+    _run(verify, dict(args, repo="org/other"))
+    res = _result(capsys)
+    assert res["failed"] and "'org/tiny'" in res["msg"] and "'org/other'" in res["msg"]
+
+
+def test_verify_main_refuses_a_malformed_pin(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": "abc"})
+    res = _result(capsys)
+    assert res["failed"] and "not 64 hex" in res["msg"]
+
+
+def test_manifest_header_and_pin_problem():
+    text = common.format_manifest([("a", H1)], {"repo": "org/r", "revision": "c" * 40})
+    assert text.startswith("# repo: org/r\n# revision: " + "c" * 40 + "\n")
+    assert common.manifest_header(text) == {"repo": "org/r", "revision": "c" * 40}
+    assert common.parse_manifest(text) == [("a", H1)]
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    header = common.manifest_header(text)
+    assert common.pin_problem(sha, sha, header, "org/r", "c" * 40) is None
+    assert "not to the pinned" in common.pin_problem(sha, "0" * 64, header)
+    assert "another revision" in common.pin_problem(sha, sha, header, revision="d" * 40)
+    with pytest.raises(common.ManifestError):
+        common.format_manifest([("a", H1)], {"repo": "org/r\n0000  evil"})
 
 
 # --- weights_manifest ---------------------------------------------------------------------
@@ -299,7 +389,7 @@ def test_manifest_main_writes_sha256sum_file(tmp_path, capsys):
     wdir, tree, files = _hub_dir(tmp_path)
     (wdir / ".cache" / "huggingface" / "download" / "x.incomplete").write_bytes(b"partial")
     dest = tmp_path / "dl.manifest.sha256"
-    args = {"path": str(wdir), "revision": REV, "tree": tree, "dest": str(dest)}
+    args = {"path": str(wdir), "revision": REV, "tree": tree, "dest": str(dest), "repo": "org/m3"}
     _run(manifest_mod, dict(args, state="planned"))
     res = _result(capsys)
     assert res["pending_files"] == [] and res["stale_incomplete"] == ["x.incomplete"] and not res["changed"]
@@ -310,6 +400,8 @@ def test_manifest_main_writes_sha256sum_file(tmp_path, capsys):
     assert res["manifest_sha256"] == hashlib.sha256(dest.read_bytes()).hexdigest()
     parsed = dict(common.parse_manifest(dest.read_text()))
     assert parsed == {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
+    # the header names what the manifest is of; sha256sum -c skips it (lines starting with #)
+    assert dest.read_text().startswith("# repo: org/m3\n# revision: %s\n" % REV)
     _run(manifest_mod, args)
     assert _result(capsys)["changed"] is False
 
