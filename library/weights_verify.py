@@ -18,7 +18,8 @@ description:
     to I(manifest_sha256) (the value the inventory or matrix pins) and its header must name
     I(repo) and I(revision) when they are given; otherwise the task fails and a marker is removed.
   - Writes the verified marker (JSON bound to the sha256 of the manifest, the repo and the
-    revision) only when every file matches, none is missing and no file outside the manifest is
+    revision, with each file's size and mtime for the cheap re-check before every engine start,
+    see role model_server) only when every file matches, none is missing and no file outside the manifest is
     in the directory (the whole directory is mounted into the engine); removes a stale marker
     otherwise.
   - Files under the tool directories C(.cache), C(.rsync-partial) and C(.~tmp~) are ignored.
@@ -180,6 +181,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.weights_common import (
     ManifestError,
     compare,
+    file_stats,
     list_files,
     manifest_header,
     marker_document,
@@ -334,14 +336,16 @@ def main():
             marker_text = ""
     marker_written = marker_removed = False
     if outcome["ok"]:
-        if not marker_valid(marker_text, manifest_sha256, root, header.get("repo"), header.get("revision")):
+        stats = file_stats(root, sorted(names))
+        if not marker_valid(marker_text, manifest_sha256, root, header.get("repo"), header.get("revision"),
+                            stats):
             marker_written = True
             if not module.check_mode:
                 doc = marker_document(
                     manifest_sha256, root, len(entries),
                     sum(sizes.get(path, 0) for path in names),
                     datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    header.get("repo"), header.get("revision"))
+                    header.get("repo"), header.get("revision"), stats)
                 tmp = p["marker"] + ".tmp"
                 with open(tmp, "w") as f:
                     json.dump(doc, f, indent=2, sort_keys=True)

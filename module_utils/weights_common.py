@@ -130,8 +130,10 @@ def compare(expected, actual_digests, present):
     }
 
 
-def marker_document(manifest_sha256, path, files, nbytes, verified_at, repo=None, revision=None):
-    """The verified marker: bound to the manifest's hash and the repo and revision it names."""
+def marker_document(manifest_sha256, path, files, nbytes, verified_at, repo=None, revision=None,
+                    stats=None):
+    """The verified marker: bound to the manifest's hash and the repo and revision it names;
+    stats ({relpath: [size, mtime_ns]}) let every engine start re-check the files cheaply."""
     return {
         "manifest_sha256": manifest_sha256,
         "repo": repo,
@@ -139,12 +141,14 @@ def marker_document(manifest_sha256, path, files, nbytes, verified_at, repo=None
         "path": path,
         "files": files,
         "bytes": nbytes,
+        "stats": stats or {},
         "verified_at": verified_at,
     }
 
 
-def marker_valid(marker_text, manifest_sha256, path=None, repo=None, revision=None):
-    """True when the marker parses and names this manifest hash (and dir, repo, revision if given)."""
+def marker_valid(marker_text, manifest_sha256, path=None, repo=None, revision=None, stats=None):
+    """True when the marker parses and names this manifest hash (and dir, repo, revision and
+    file stats if given)."""
     if marker_text is None:
         return False
     try:
@@ -153,7 +157,7 @@ def marker_valid(marker_text, manifest_sha256, path=None, repo=None, revision=No
         return False
     if not isinstance(doc, dict) or doc.get("manifest_sha256") != manifest_sha256:
         return False
-    for key, want in (("path", path), ("repo", repo), ("revision", revision)):
+    for key, want in (("path", path), ("repo", repo), ("revision", revision), ("stats", stats)):
         if want is not None and doc.get(key) != want:
             return False
     return True
@@ -223,3 +227,62 @@ def list_files(root):
             if os.path.isfile(full) and not os.path.islink(full):
                 found.add(os.path.join(rel, name) if rel else name)
     return found
+
+
+def file_stats(root, relpaths):
+    """{relpath: [size, mtime_ns]} of files under root (what a restart re-checks cheaply)."""
+    stats = {}
+    for rel in relpaths:
+        st = os.stat(os.path.join(root, rel))
+        stats[rel] = [st.st_size, st.st_mtime_ns]
+    return stats
+
+
+def recheck(root, manifest_bytes, marker_text, pinned, repo=None, revision=None):
+    """The cheap check before every engine start (no hashing): a list of problems, empty when
+    the directory is still exactly what was verified.
+
+    The manifest must hash to the pinned value and to what the marker is bound to; the marker
+    must name repo and revision; every manifest file must have the size and mtime recorded at
+    verification; no file outside the manifest may be in the directory.
+    """
+    problems = []
+    manifest_sha256 = sha256_text(manifest_bytes)
+    if manifest_sha256 != pinned:
+        problems.append("the manifest hashes to %s, not to the pinned %s" % (manifest_sha256, pinned))
+    try:
+        doc = json.loads(marker_text) if marker_text is not None else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return problems + ["no readable verified marker"]
+    if doc.get("manifest_sha256") != manifest_sha256:
+        problems.append("the marker is bound to manifest %s, the manifest on disk hashes to %s"
+                        % (doc.get("manifest_sha256"), manifest_sha256))
+    for key, want in (("repo", repo), ("revision", revision)):
+        if want is not None and doc.get(key) != want:
+            problems.append("the marker names %s %r, not %r" % (key, doc.get(key), want))
+    try:
+        entries = parse_manifest(manifest_bytes.decode("utf-8"))
+    except (ManifestError, UnicodeDecodeError) as exc:
+        return problems + ["the manifest is not usable: %s" % exc]
+    stats = doc.get("stats")
+    if not isinstance(stats, dict) or not stats:
+        return problems + ["the marker records no file sizes and mtimes (written by an older version)"]
+    changed = []
+    for path, _digest in entries:
+        try:
+            st = os.stat(os.path.join(root, path))
+        except OSError:
+            changed.append("%s is missing" % path)
+            continue
+        if [st.st_size, st.st_mtime_ns] != stats.get(path):
+            changed.append("%s (size %s -> %d, mtime_ns %s -> %d)" % (
+                path, (stats.get(path) or ["?", "?"])[0], st.st_size, (stats.get(path) or ["?", "?"])[1],
+                st.st_mtime_ns))
+    if changed:
+        problems.append("changed since verification: %s" % "; ".join(changed[:10]))
+    extra = sorted(list_files(root) - {path for path, _ in entries})
+    if extra:
+        problems.append("files the manifest does not name: %s" % ", ".join(extra[:10]))
+    return problems

@@ -305,6 +305,86 @@ def test_manifest_header_and_pin_problem():
         common.format_manifest([("a", H1)], {"repo": "org/r\n0000  evil"})
 
 
+# --- the re-check before every engine start (role model_server, ExecStartPre) -------------
+
+CHECKER = os.path.join(ROOT, "roles", "model_server", "files", "check_weights.py")
+
+
+def _checker(wdir, man, marker, pin, repo="org/tiny", revision="a" * 40):
+    """Run the installed form of the check: the script beside a copy of weights_common.py."""
+    import shutil
+    import subprocess
+    libexec = wdir.parent / "libexec"
+    libexec.mkdir(exist_ok=True)
+    shutil.copy(CHECKER, libexec / "check_weights.py")
+    shutil.copy(os.path.join(ROOT, "module_utils", "weights_common.py"), libexec / "weights_common.py")
+    return subprocess.run([sys.executable, str(libexec / "check_weights.py"), "--dir", str(wdir),
+                           "--manifest", str(man), "--marker", str(marker), "--sha256", pin,
+                           "--repo", repo, "--revision", revision], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ("none", None),
+    ("same size, new mtime", "changed since verification: model-00001.safetensors"),
+    ("bytes rewritten, mtime restored", "changed since verification: model-00002.safetensors (size 200000 -> 5"),
+    ("file removed", "sub/modeling.py is missing"),
+    ("extra file", "files the manifest does not name: evil_extra.py"),
+    ("manifest and marker re-bound", "not to the pinned"),
+    ("other revision", "the marker names revision"),
+    ("marker removed", "no readable verified marker"),
+])
+def test_recheck_before_start(tmp_path, capsys, change, needle):
+    """Every start of the engine re-checks, without hashing, that the directory is what was
+    verified; each change below makes the unit refuse to start, naming what differs."""
+    wdir, man, marker = _make_dir(tmp_path)
+    pin = _pin(man)
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pin})
+    assert _result(capsys)["verified"]
+    doc = json.loads(marker.read_text())
+    assert set(doc["stats"]) == {"sub/modeling.py", "model-00001.safetensors", "model-00002.safetensors",
+                                 "model-00003.safetensors"}
+    revision = "a" * 40
+    if change == "same size, new mtime":
+        os.utime(wdir / "model-00001.safetensors", ns=(0, 1_000_000_000))
+    elif change == "bytes rewritten, mtime restored":
+        st = os.stat(wdir / "model-00002.safetensors")
+        (wdir / "model-00002.safetensors").write_bytes(b"other")
+        os.utime(wdir / "model-00002.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif change == "file removed":
+        (wdir / "sub" / "modeling.py").unlink()
+    elif change == "extra file":
+        (wdir / "evil_extra.py").write_text("import os\n")
+    elif change == "manifest and marker re-bound":
+        man.write_text(man.read_text() + "%s  added.bin\n" % ("0" * 64))
+        doc["manifest_sha256"] = _pin(man)
+        marker.write_text(json.dumps(doc))
+    elif change == "other revision":
+        revision = "b" * 40
+    elif change == "marker removed":
+        marker.unlink()
+    proc = _checker(wdir, man, marker, pin, revision=revision)
+    if needle is None:
+        assert proc.returncode == 0 and "unchanged since verification" in proc.stdout, proc.stderr
+    else:
+        assert proc.returncode == 1 and needle in proc.stderr, proc.stderr
+        assert "Re-run playbooks/weights.yml" in proc.stderr
+
+
+def test_touched_file_that_still_verifies_gets_a_fresh_marker(tmp_path, capsys):
+    """A copy whose bytes are right but whose mtimes moved (a restore, an rsync -t) verifies
+    again and the marker is rewritten with the new stats, so the start check passes."""
+    wdir, man, marker = _make_dir(tmp_path)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)}
+    _run(verify, args)
+    _result(capsys)
+    os.utime(wdir / "model-00001.safetensors", ns=(0, 2_000_000_000))
+    assert _checker(wdir, man, marker, _pin(man)).returncode == 1
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["verified"] and res["marker_written"]
+    assert _checker(wdir, man, marker, _pin(man)).returncode == 0
+
+
 # --- weights_manifest ---------------------------------------------------------------------
 
 REV = "0512cce9a02b4cad311a0bed56bb1b8a90f6afd0"
