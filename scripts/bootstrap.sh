@@ -8,6 +8,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 venv=${VENV:-.venv}
 ansible_pkg=ansible==14.5.0   # the community package whose wheel carries the collections
+# ... and the sha256 of that wheel as PyPI lists it (https://pypi.org/simple/ansible/): the
+# collections come from these bytes or from nothing.
+ansible_sha256=245623ccc2d31d0f6f4bdb63168d550cad305fb032cc43d96e8f61ce8ab0ba84
 collections=(community/docker ansible/posix community/general community/library_inventory_filtering_v1)
 
 find_python() {
@@ -47,15 +50,27 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys; sys.exit(
   rm -rf "$venv"
   "$py" -m venv "$venv"
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-"$venv/bin/pip" install -q --disable-pip-version-check -r requirements.lock 2>&1 | grep -v '^WARNING: Location' || true
+# Every package, pip included, must match a sha256 recorded in the lock (make lock): trust ends
+# at pinned values, not at whatever the index serves.
+piplog=$(mktemp)
+if ! "$venv/bin/pip" install -q --disable-pip-version-check --require-hashes -r requirements.lock >"$piplog" 2>&1; then
+  grep -v '^WARNING: Location' "$piplog" >&2 || true
+  echo "bootstrap: pip refused requirements.lock (above): a file that does not match its pinned sha256" >&2
+  echo "bootstrap: is never installed; if the lock changed on purpose, regenerate it with make lock" >&2
+  rm -f "$piplog"; exit 1
+fi
+grep -v '^WARNING: Location' "$piplog" || true
+rm -f "$piplog"
 "$venv/bin/python" -c 'import ansible, molecule, testinfra, docker, huggingface_hub' \
   || { echo "bootstrap: packages missing after pip install (see above)" >&2; exit 1; }
 
 echo "bootstrap: collections from the $ansible_pkg wheel (no Galaxy)"
 wheels=$(mktemp -d)
-"$venv/bin/pip" download -q --disable-pip-version-check --no-deps -d "$wheels" "$ansible_pkg" 2>&1 \
-  | grep -v '^WARNING: Location' || true
+echo "$ansible_pkg --hash=sha256:$ansible_sha256" > "$wheels/pin.txt"
+"$venv/bin/pip" download -q --disable-pip-version-check --no-deps --require-hashes -d "$wheels" \
+  -r "$wheels/pin.txt" 2>&1 | grep -v '^WARNING: Location' || true
+echo "$ansible_sha256  $(ls "$wheels"/ansible-*.whl 2>/dev/null | head -1)" | sha256sum --check --quiet \
+  || { echo "bootstrap: the $ansible_pkg wheel is missing or not the pinned sha256 $ansible_sha256" >&2; exit 1; }
 rm -rf collections.new && mkdir -p collections.new/ansible_collections
 "$venv/bin/python" - "$wheels" collections.new "${collections[@]}" <<'PY' \
   || { echo "bootstrap: could not extract ${collections[*]} from the wheel" >&2; exit 1; }
