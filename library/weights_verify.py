@@ -63,6 +63,13 @@ options:
     description: Read buffer per process, in bytes.
     type: int
     default: 16777216
+  readahead:
+    description:
+      - Ask the kernel to read the next buffer of a file while the current one is hashed
+        (C(posix_fadvise) SEQUENTIAL and WILLNEED), overlapping disk and CPU on a cold read.
+        Off only to measure what it brings (C(bench/weights_verify_bench.py)).
+    type: bool
+    default: true
   files:
     description:
       - Hash only these manifest entries (repair after a full verification); every other
@@ -194,10 +201,10 @@ from ansible.module_utils.weights_common import (
 
 
 def _hash_one(args):
-    """Worker: (relpath, fullpath, buffer_size) -> (relpath, digest or None, bytes, error)."""
-    rel, full, buffer_size = args
+    """Worker: (relpath, fullpath, buffer_size, readahead) -> (relpath, digest or None, bytes, error)."""
+    rel, full, buffer_size, readahead = args
     try:
-        digest, nbytes = sha256_file(full, buffer_size)
+        digest, nbytes = sha256_file(full, buffer_size, readahead)
         return rel, digest, nbytes, None
     except OSError as exc:
         return rel, None, 0, str(exc)
@@ -213,10 +220,10 @@ def plan_hashing(entries, present, only, sizes):
     return sorted(wanted, key=lambda p: (-sizes.get(p, 0), p))
 
 
-def hash_files(root, relpaths, workers, buffer_size):
+def hash_files(root, relpaths, workers, buffer_size, readahead=True):
     """Hash files in parallel processes. Returns ({relpath: digest or None}, bytes, errors)."""
     digests, errors, total = {}, {}, 0
-    jobs = [(rel, os.path.join(root, rel), buffer_size) for rel in relpaths]
+    jobs = [(rel, os.path.join(root, rel), buffer_size, readahead) for rel in relpaths]
     if not jobs:
         return digests, 0, errors
     workers = max(1, min(workers, len(jobs)))
@@ -262,6 +269,7 @@ def main():
             extra_files=dict(type="str", choices=["refuse", "report"], default="refuse"),
             workers=dict(type="int"),
             buffer_size=dict(type="int", default=16777216),
+            readahead=dict(type="bool", default=True),
             files=dict(type="list", elements="str", default=[]),
             fail_on_mismatch=dict(type="bool", default=True),
         ),
@@ -314,7 +322,7 @@ def main():
     todo = plan_hashing(entries, present, only, sizes)
 
     start = time.monotonic()
-    digests, nbytes, errors = hash_files(root, todo, workers, p["buffer_size"])
+    digests, nbytes, errors = hash_files(root, todo, workers, p["buffer_size"], p["readahead"])
     seconds = max(time.monotonic() - start, 1e-9)
 
     if only:

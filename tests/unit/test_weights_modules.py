@@ -101,6 +101,26 @@ def test_sha256_file_small_buffer(tmp_path):
     assert common.sha256_file(str(f), 65536) == (hashlib.sha256(data).hexdigest(), len(data))
 
 
+@pytest.mark.parametrize("size", [0, 65536, 65537, 300_000])
+def test_sha256_file_reads_ahead_one_buffer_and_hashes_the_same(tmp_path, monkeypatch, size):
+    """With readahead the kernel is asked for the next buffer before each read (the disk works
+    while the current buffer is hashed); the digest is the same either way."""
+    data = os.urandom(size)
+    f = tmp_path / "x"
+    f.write_bytes(data)
+    calls = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(common.os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n, advice))
+                        or real(fd, off, n, advice))
+    assert common.sha256_file(str(f), 65536, readahead=False) == (hashlib.sha256(data).hexdigest(), size)
+    assert calls == []
+    assert common.sha256_file(str(f), 65536) == (hashlib.sha256(data).hexdigest(), size)
+    assert calls[0] == (0, 0, os.POSIX_FADV_SEQUENTIAL)
+    willneed = [(off, n) for off, n, advice in calls if advice == os.POSIX_FADV_WILLNEED]
+    reads = -(-size // 65536) + 1                        # every read, the last one returning 0
+    assert willneed == [(min(65536 * i, size) + 65536, 65536) for i in range(reads)]
+
+
 def test_plan_hashing_largest_first_and_subset():
     entries = [("a", H1), ("b", H1), ("c", H1), ("d", H1)]
     sizes = {"a": 1, "b": 30, "c": 20}
