@@ -41,6 +41,20 @@ def run_playbook(playbook, work_dir, extravars=None, inventory="localhost,", cmd
     return runner, text
 
 
+def run_role_check(role, role_vars, work_dir):
+    """Run one role against the controller itself in --check mode (a regression cannot change
+    this machine; refusals must happen in read-only tasks). role_vars travel as JSON, which is
+    YAML. Returns run_playbook's (runner, text)."""
+    import json
+    import pathlib
+
+    play = pathlib.Path(work_dir) / "play.yml"
+    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: true\n  roles:\n"
+                    "    - role: %s\n      vars: %s\n" % (role, json.dumps(role_vars)))
+    return run_playbook(str(play), work_dir, cmdline="--check",
+                        extravars={"ansible_python_interpreter": sys.executable})
+
+
 def failures(runner):
     """{task name: msg} of every failed task in a runner's events."""
     return {event["event_data"].get("task"): event["event_data"].get("res", {}).get("msg")

@@ -6,13 +6,11 @@ The "dead mirror" is a real TCP server on loopback that accepts and never answer
 test proves a timeout, not a hang.
 """
 import socket
-import sys
-import textwrap
 import threading
 import time
 
 import pytest
-from helpers import run_playbook
+from helpers import run_role_check
 
 
 @pytest.fixture
@@ -43,20 +41,9 @@ def silent_mirror():
 
 
 def run_role(tmp_path, repo):
-    play = tmp_path / "play.yml"
-    play.write_text(textwrap.dedent(f"""\
-        - hosts: localhost
-          connection: local
-          gather_facts: true
-          roles:
-            - role: docker_engine
-              vars:
-                docker_engine_apt_timeout: 3
-                docker_engine_apt_repository: {repo!r}
-        """))
     start = time.monotonic()
-    runner, out = run_playbook(str(play), tmp_path, cmdline="--check",
-                               extravars={"ansible_python_interpreter": sys.executable})
+    runner, out = run_role_check("docker_engine", {"docker_engine_apt_timeout": 3,
+                                                   "docker_engine_apt_repository": repo}, tmp_path)
     return runner.rc, out, time.monotonic() - start
 
 

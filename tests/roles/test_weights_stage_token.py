@@ -10,12 +10,10 @@ that stays on the endpoint's own origin (olah, the lab's hub, answers the file l
 to the same path plus a trailing slash) is followed, once.
 """
 import http.server
-import sys
-import textwrap
 import threading
 
 import pytest
-from helpers import failures, run_playbook
+from helpers import failures, run_role_check
 
 TOKEN = "hf_" + "Zq7Xk2Lm9Wv4Rt8Yp3Nb6Hc1Jd5Gf0Se"
 
@@ -65,25 +63,17 @@ def redirecting_hub():
     other.shutdown()
 
 
+def run_stage(tmp_path, endpoint):
+    """weights_stage against `endpoint` with a token, on the controller in --check mode."""
+    return run_role_check("weights_stage", {
+        "weights_stage_repo": "org/model", "weights_stage_revision": "a" * 40,
+        "weights_stage_dir": str(tmp_path / "models" / "model"), "weights_stage_endpoint": endpoint,
+        "weights_stage_hf_token": TOKEN, "weights_stage_manifest_sha256": ""}, tmp_path)
+
+
 def test_a_redirect_is_refused_and_the_token_never_reaches_the_other_host(tmp_path, redirecting_hub):
     hub_url, other_url, hub_seen, other_seen = redirecting_hub
-    play = tmp_path / "play.yml"
-    play.write_text(textwrap.dedent(f"""\
-        - hosts: localhost
-          connection: local
-          gather_facts: true
-          roles:
-            - role: weights_stage
-              vars:
-                weights_stage_repo: org/model
-                weights_stage_revision: "{'a' * 40}"
-                weights_stage_dir: {str(tmp_path / 'models' / 'model')!r}
-                weights_stage_endpoint: {hub_url!r}
-                weights_stage_hf_token: {TOKEN!r}
-                weights_stage_manifest_sha256: ""
-        """))
-    runner, out = run_playbook(str(play), tmp_path, cmdline="--check",
-                               extravars={"ansible_python_interpreter": sys.executable})
+    runner, out = run_stage(tmp_path, hub_url)
     msgs = " ".join(str(m) for m in failures(runner).values())
     assert runner.rc != 0
     assert hub_seen and hub_seen[0]["authorization"] == "Bearer " + TOKEN   # the hub itself got it
@@ -96,23 +86,7 @@ def test_a_redirect_is_refused_and_the_token_never_reaches_the_other_host(tmp_pa
 def test_a_redirect_on_the_endpoints_own_origin_is_followed_once(tmp_path):
     hub, hub_seen = _serve(location="same-origin")
     try:
-        play = tmp_path / "play.yml"
-        play.write_text(textwrap.dedent(f"""\
-            - hosts: localhost
-              connection: local
-              gather_facts: true
-              roles:
-                - role: weights_stage
-                  vars:
-                    weights_stage_repo: org/model
-                    weights_stage_revision: "{'a' * 40}"
-                    weights_stage_dir: {str(tmp_path / 'models' / 'model')!r}
-                    weights_stage_endpoint: "http://127.0.0.1:{hub.server_address[1]}"
-                    weights_stage_hf_token: {TOKEN!r}
-                    weights_stage_manifest_sha256: ""
-            """))
-        runner, out = run_playbook(str(play), tmp_path, cmdline="--check",
-                                   extravars={"ansible_python_interpreter": sys.executable})
+        runner, out = run_stage(tmp_path, "http://127.0.0.1:%d" % hub.server_address[1])
     finally:
         hub.shutdown()
     msgs = " ".join(str(m) for m in failures(runner).values())
