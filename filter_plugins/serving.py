@@ -244,6 +244,29 @@ def bind_address_problem(address):
     return None
 
 
+def weights_layout(root, repo, revision):
+    """Where one revision of a weights repository lives under serving_weights_root.
+
+    One directory per revision, `<root>/<org>/<name>/<revision>/`, with its manifest, verified
+    marker and provenance record beside it (`<revision>.manifest.sha256`, ...: never inside the
+    directory the engine mounts), and two links in the repository directory that weights_sync
+    switches atomically: `current` (the newest verified revision) and `previous` (what `current`
+    named before). The unit mounts the revision directory itself, never a link, so a switch
+    cannot change what a running or restarting engine reads.
+    """
+    repo_dir = posixpath.join(root, *str(repo).split("/"))
+    rev = str(revision) if revision else "UNPINNED"
+    rev_dir = posixpath.join(repo_dir, rev)
+    return {
+        "root": root, "repo_dir": repo_dir, "dir": rev_dir,
+        "rel_dir": posixpath.relpath(rev_dir, root),
+        "manifest": rev_dir + ".manifest.sha256",
+        "marker": rev_dir + ".verified.json",
+        "current": posixpath.join(repo_dir, "current"),
+        "previous": posixpath.join(repo_dir, "previous"),
+    }
+
+
 def weights_root_problem(root):
     """Why serving_weights_root cannot be the host side of a `-v` mount, or None."""
     fix = "set serving_weights_root to an absolute, normalised path such as /data/models"
@@ -484,14 +507,12 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
                                                  revision, weights_revision)
     if pin_problem:
         blockers.append(pin_problem)
-    spec["weights"] = {
+    spec["weights"] = weights_layout(root, repo, revision)
+    spec["weights"].update({
         "repo": repo, "revision": revision or None, "manifest_sha256": manifest_pin, "size_gb": repo_facts.get("size_gb"),
         "format": repo_facts.get("format"), "license": repo_facts.get("license"),
-        "dir": posixpath.join(root, base),
         "container_dir": posixpath.join(CONTAINER_MODELS_ROOT, base),
-        "manifest": posixpath.join(root, base + ".manifest.sha256"),
-        "marker": posixpath.join(root, base + ".verified.json"),
-    }
+    })
 
     # Network exposure: an IP literal docker -p accepts, a port, a key off loopback.
     address_problem = bind_address_problem(bind_address)

@@ -155,8 +155,13 @@ def without_jit_cache(cmd, cache):
 
 
 def test_b200_golden_is_the_seed_offline_command_plus_named_additions(plan_all):
+    # The seed mounts its one copy; a node mounts the pinned revision's own directory
+    # (<root>/<org>/<name>/<revision>) at the same place in the container.
+    seed = [("/data/models/MiniMaxAI/MiniMax-M3-MXFP8/%s:/models/MiniMax-M3-MXFP8:ro" % ("b" * 40))
+            if t == "/data/models/MiniMax-M3-MXFP8:/models/MiniMax-M3-MXFP8:ro" else t
+            for t in tokens(SEED_OFFLINE)]
     for cmd in (tokens((GOLDEN / "b200.cmd").read_text()), tokens((plan_all[0] / "b200" / CMD).read_text())):
-        assert without_jit_cache(without_hardening(cmd, GPU_HARDENING), B200_JIT_CACHE) == tokens(SEED_OFFLINE)
+        assert without_jit_cache(without_hardening(cmd, GPU_HARDENING), B200_JIT_CACHE) == seed
 
 
 @pytest.mark.parametrize("profile", NINE)
@@ -269,8 +274,13 @@ def test_plan_prints_requirements_sources_and_blockers(plan_defaults):
     assert "profile: b200 - 8 x NVIDIA B200" in out
     assert "needs: 8 x B200 (nvidia), TP 8; NVIDIA driver >= 570.133.20; fabric nvlink5" in out
     # disk as preflight computes it: weights + image (40) + margin (50)
-    assert "disk 534.0 GB free on the filesystem of /data/models/MiniMax-M3-MXFP8 = weights 444 GB" in out
-    assert "disk 944.0 GB free on the filesystem of /data/models/MiniMax-M3 = weights 854 GB" in out
+    assert ("disk 534.0 GB free on the filesystem of /data/models/MiniMaxAI/MiniMax-M3-MXFP8 = weights 444 GB"
+            in out)
+    assert "disk 944.0 GB free on the filesystem of /data/models/MiniMaxAI/MiniMax-M3 = weights 854 GB" in out
+    # a revision change keeps the old revision until the new one serves: one more copy of the weights
+    assert "978.0 GB to change revision (the old one serves until the new one does)" in out
+    assert ("in /data/models/MiniMaxAI/MiniMax-M3-MXFP8/c5454eb03678d8710e54a4e0fc681b9f3b4a3dba "
+            "(current/serving/previous links beside it)") in out
     assert "RAM >= 256 GB; /dev/shm >= 32 GB; port 30000/tcp free on 127.0.0.1" in out
     assert "ROCm >= 7.2" in out
     assert "weights: MiniMaxAI/MiniMax-M3-MXFP8 @ c5454eb03678d8710e54a4e0fc681b9f3b4a3dba" in out

@@ -134,9 +134,17 @@ def test_spec_contract_b200(tmp_path):
     assert weights["repo"] == "MiniMaxAI/MiniMax-M3-MXFP8"
     assert weights["revision"] == "c5454eb03678d8710e54a4e0fc681b9f3b4a3dba"
     assert weights["size_gb"] == 444 and weights["format"] == "MXFP8"
-    assert weights["dir"] == "/data/models/MiniMax-M3-MXFP8"
-    assert weights["manifest"] == "/data/models/MiniMax-M3-MXFP8.manifest.sha256"
-    assert weights["marker"] == "/data/models/MiniMax-M3-MXFP8.verified.json"
+    # one directory per revision; manifest, marker and the links beside it, never inside
+    rev_dir = "/data/models/MiniMaxAI/MiniMax-M3-MXFP8/c5454eb03678d8710e54a4e0fc681b9f3b4a3dba"
+    assert weights["root"] == "/data/models"
+    assert weights["repo_dir"] == "/data/models/MiniMaxAI/MiniMax-M3-MXFP8"
+    assert weights["dir"] == rev_dir
+    assert weights["rel_dir"] == "MiniMaxAI/MiniMax-M3-MXFP8/c5454eb03678d8710e54a4e0fc681b9f3b4a3dba"
+    assert weights["manifest"] == rev_dir + ".manifest.sha256"
+    assert weights["marker"] == rev_dir + ".verified.json"
+    assert weights["current"] == "/data/models/MiniMaxAI/MiniMax-M3-MXFP8/current"
+    assert weights["previous"] == "/data/models/MiniMaxAI/MiniMax-M3-MXFP8/previous"
+    assert weights["container_dir"] == "/models/MiniMax-M3-MXFP8"
     assert spec["image"]["ref"] == ("lmsysorg/sglang@sha256:de63ac56df5d7b064451e21147eaab8963"
                                     "4a02332d830ca8c01cb8c033b3a78f")
     assert spec["device_args"] == ["--gpus", "all"]

@@ -11,7 +11,7 @@ docker run --rm --name minimax-m3 \
   -e HF_HUB_OFFLINE=1 \
   -e HOME=/tmp \
   -e VLLM_CPU_KVCACHE_SPACE=1 \
-  -v /data/models/tiny-m3:/models/tiny-m3:ro \
+  -v /data/models/mm3-lab/tiny-m3/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/tiny-m3:ro \
   mm3-lab/vllm-cpu:lab \
   /models/tiny-m3 \
   --served-model-name mm3-lab/tiny-m3 \

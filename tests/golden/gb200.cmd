@@ -7,7 +7,7 @@ docker run --rm --name minimax-m3 \
   --pids-limit 16384 \
   -p 127.0.0.1:30000:30000 \
   -e HF_HUB_OFFLINE=1 \
-  -v /data/models/MiniMax-M3-MXFP8:/models/MiniMax-M3-MXFP8:ro \
+  -v /data/models/MiniMaxAI/MiniMax-M3-MXFP8/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3-MXFP8:ro \
   -v /var/cache/minimax-m3/jit/IMAGE-ID:/var/cache/minimax-m3-jit \
   -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \
   -e MINFER_FMHA_CACHE_DIR=/var/cache/minimax-m3-jit/minfer/fmha_sm100 \

@@ -10,7 +10,7 @@ docker run --rm --name minimax-m3 \
   -p 127.0.0.1:30000:30000 \
   -e HF_HUB_OFFLINE=1 \
   -e SGLANG_USE_AITER=1 \
-  -v /data/models/MiniMax-M3-MXFP8:/models/MiniMax-M3-MXFP8:ro \
+  -v /data/models/MiniMaxAI/MiniMax-M3-MXFP8/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3-MXFP8:ro \
   lmsysorg/sglang:rocm720-mi35x \
   sglang serve \
   --trust-remote-code \

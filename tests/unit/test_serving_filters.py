@@ -134,6 +134,11 @@ SEED_OFFLINE = [
     "--mem-fraction-static", "0.65", "--host", "0.0.0.0", "--port", "30000"]
 
 
+SEED_MOUNT = "/data/models/MiniMax-M3-MXFP8:/models/MiniMax-M3-MXFP8:ro"
+REVISION_MOUNT = ("/data/models/MiniMaxAI/MiniMax-M3-MXFP8/c5454eb03678d8710e54a4e0fc681b9f3b4a3dba"
+                  ":/models/MiniMax-M3-MXFP8:ro")
+
+
 # What every GPU engine container adds to the seed's command, after --ipc=host (issue 18).
 LEAST_PRIVILEGE = ["--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--pids-limit", "16384"]
 
@@ -143,7 +148,10 @@ def test_docker_argv_b200_is_the_seed_offline_command_plus_least_privilege():
     argv = ms.docker_run_argv(spec, config_host_path="/etc/minimax-m3/engine.yaml",
                               config_container_path="/etc/model-server/engine.yaml")
     at = SEED_OFFLINE.index("--ipc=host") + 1
-    assert argv == SEED_OFFLINE[:at] + LEAST_PRIVILEGE + SEED_OFFLINE[at:]
+    # The one other difference: the host side of the mount is the pinned revision's own
+    # directory (one directory per revision), mounted where the seed mounts its copy.
+    seed = [REVISION_MOUNT if a == SEED_MOUNT else a for a in SEED_OFFLINE]
+    assert argv == seed[:at] + LEAST_PRIVILEGE + seed[at:]
 
 
 @pytest.mark.parametrize("container,expected", [

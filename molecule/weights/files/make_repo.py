@@ -6,10 +6,12 @@ remote-code *.py, config, tokenizer, LICENSE), a few MB instead of 444 GB. Bytes
 seeded generator and the commit has fixed author/dates, so the commit sha is the same on every
 run and can be pinned in the inventory like a real revision.
 
-usage: make_repo.py DIR SHARD_BYTES[,SHARD_BYTES...] [--tamper-shard N]
+usage: make_repo.py DIR SHARD_BYTES[,SHARD_BYTES...] [--tamper-shard N | --next-revision]
   --tamper-shard N  after committing, overwrite shard N's LFS object with other bytes of the
                     same size: the mirror then serves different bytes under the hub's sha256.
-Prints the commit sha.
+  --next-revision   also commit a second revision on branch `next` (the last shard and the
+                    config changed, as a model update changes them); `main` stays the first.
+Prints the commit sha (of main).
 """
 import json
 import os
@@ -34,6 +36,7 @@ def git(repo, *args):
 def main():
     repo, sizes = sys.argv[1], [int(s) for s in sys.argv[2].split(",")]
     tamper = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--tamper-shard" else None
+    next_revision = len(sys.argv) > 3 and sys.argv[3] == "--next-revision"
     if os.path.isdir(os.path.join(repo, ".git")):
         print(git(repo, "rev-parse", "HEAD"))
         return
@@ -63,6 +66,15 @@ def main():
             f.write(rng.randbytes(size))
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "tiny-m3 lab stand-in")
+    if next_revision:
+        git(repo, "checkout", "-q", "-b", "next")
+        with open(os.path.join(repo, "model-%05d-of-%05d.safetensors" % (n, n)), "wb") as f:
+            f.write(rng.randbytes(sizes[-1]))
+        with open(os.path.join(repo, "config.json"), "w") as f:
+            f.write(files["config.json"].replace('"hidden_size": 64', '"hidden_size": 64,\n  "revision_note": "next"'))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "tiny-m3 lab stand-in, next revision")
+        git(repo, "checkout", "-q", "main")
     if tamper is not None:
         name = "model-%05d-of-%05d.safetensors" % (tamper, n)
         oid = git(repo, "lfs", "ls-files", "-l", "-I", name).split()[0]
