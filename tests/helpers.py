@@ -59,3 +59,34 @@ def failures(runner):
     """{task name: msg} of every failed task in a runner's events."""
     return {event["event_data"].get("task"): event["event_data"].get("res", {}).get("msg")
             for event in runner.events if event.get("event") == "runner_on_failed"}
+
+
+def http_files(served):
+    """A real HTTP server on 127.0.0.1 answering GET `path` with served[path] (bytes; the test
+    may change the dict while it runs) and 404 otherwise. A context manager yielding its base
+    URL (http://127.0.0.1:PORT); the server stops on exit."""
+    import contextlib
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = served.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"not found")
+
+        def log_message(self, *args):
+            pass
+
+    @contextlib.contextmanager
+    def running():
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            yield "http://127.0.0.1:%d" % srv.server_address[1]
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+    return running()

@@ -5,12 +5,13 @@ could not install anything): the refusals happen in read-only tasks, before any 
 The "dead mirror" is a real TCP server on loopback that accepts and never answers, so the
 test proves a timeout, not a hang.
 """
+import pathlib
 import socket
 import threading
 import time
 
 import pytest
-from helpers import run_role_check
+from helpers import http_files, run_role_check
 
 
 @pytest.fixture
@@ -63,3 +64,46 @@ def test_incomplete_source_is_refused(tmp_path, repo, needle):
     rc, out, _ = run_role(tmp_path, repo)
     assert rc != 0, out
     assert needle in out, out
+
+
+DOCKER_ASC = (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "apt-keys" / "docker.asc").read_bytes()
+KEY_TASK = "Fetch the repository's signing key, trusted only if its fingerprint is pinned"
+
+
+@pytest.fixture
+def docker_mirror():
+    """A real HTTP server on loopback laid out like a Docker CE mirror: dists/bookworm/Release
+    and the signing key at /gpg (bytes chosen by the test)."""
+    served = {"/docker/dists/bookworm/Release": b"Origin: Docker\nSuite: bookworm\n"}
+    with http_files(served) as base:
+        yield served, base + "/docker"
+
+
+def key_results(runner):
+    """How the key task ended (runner_on_ok / _failed / _skipped)."""
+    return [e["event"] for e in runner.events
+            if e.get("event", "") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped")
+            and e["event_data"].get("task") == KEY_TASK]
+
+
+def test_a_key_at_another_fingerprint_is_refused(tmp_path, docker_mirror):
+    """Docker's real key is served, but the inventory pins another fingerprint (as if the
+    mirror served another vendor's or its own key): refused before the apt source is written."""
+    served, url = docker_mirror
+    served["/docker/gpg"] = DOCKER_ASC
+    runner, out = run_role_check("docker_engine", {"docker_engine_apt_timeout": 3, "docker_engine_apt_repository": {
+        "url": url, "suite": "bookworm", "key_url": url + "/gpg",
+        "key_fingerprints": ["EB693B3035CD5710E231E123A4B469963BF863CC"]}}, tmp_path)
+    assert runner.rc != 0 and key_results(runner) == ["runner_on_failed"], out
+    assert "primary key(s) 9DC858229FC7DD38854AE2D88D81803C0EBFCD88 not pinned" in out, out
+    assert "docker_engine_apt_repository.key_fingerprints" in out, out
+
+
+def test_dockers_own_key_passes_the_role_pin(tmp_path, docker_mirror):
+    """The same key with the role's default pin (Docker's published fingerprint) is accepted."""
+    served, url = docker_mirror
+    served["/docker/gpg"] = DOCKER_ASC
+    runner, out = run_role_check("docker_engine", {"docker_engine_apt_timeout": 3, "docker_engine_apt_repository": {
+        "url": url, "suite": "bookworm", "key_url": url + "/gpg"}}, tmp_path)
+    assert key_results(runner) == ["runner_on_ok"], out
+    assert "not pinned" not in out, out

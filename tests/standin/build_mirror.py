@@ -236,6 +236,13 @@ def main(src, out):
         keyfile = os.path.normpath(os.path.join(base, repo["key"]))
         os.makedirs(os.path.dirname(keyfile), exist_ok=True)
         gpg(gnupghome, "--armor", "--export", "-o", keyfile)
+    # The throw-away key's fingerprint, for the test harness to pin as a site pins its vendor's
+    # (molecule/nvidia_host): the roles trust a key_url only at a pinned fingerprint.
+    listing = subprocess.run(["gpg", "--batch", "--homedir", gnupghome, "--with-colons", "--list-keys"],
+                             check=True, capture_output=True, text=True).stdout
+    fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+    with open(os.path.join(out, "standin-key.fpr"), "w") as fh:
+        fh.write(fingerprint + "\n")
     shutil.rmtree(gnupghome, ignore_errors=True)
 
 
