@@ -250,8 +250,9 @@ def weights_layout(root, repo, revision):
     One directory per revision, `<root>/<org>/<name>/<revision>/`, with its manifest, verified
     marker and provenance record beside it (`<revision>.manifest.sha256`, ...: never inside the
     directory the engine mounts), and two links in the repository directory that weights_sync
-    switches atomically: `current` (the newest verified revision) and `previous` (what `current`
-    named before). The unit mounts the revision directory itself, never a link, so a switch
+    keeps: `current` (the newest verified revision, switched by weights_sync), `serving` (the
+    revision the engine answers on) and `previous` (what `serving` named before), both kept by
+    model_server. The unit mounts the revision directory itself, never a link, so a switch
     cannot change what a running or restarting engine reads.
     """
     repo_dir = posixpath.join(root, *str(repo).split("/"))
@@ -259,10 +260,10 @@ def weights_layout(root, repo, revision):
     rev_dir = posixpath.join(repo_dir, rev)
     return {
         "root": root, "repo_dir": repo_dir, "dir": rev_dir,
-        "rel_dir": posixpath.relpath(rev_dir, root),
         "manifest": rev_dir + ".manifest.sha256",
         "marker": rev_dir + ".verified.json",
         "current": posixpath.join(repo_dir, "current"),
+        "serving": posixpath.join(repo_dir, "serving"),
         "previous": posixpath.join(repo_dir, "previous"),
     }
 

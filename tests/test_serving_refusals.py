@@ -139,10 +139,10 @@ def test_spec_contract_b200(tmp_path):
     assert weights["root"] == "/data/models"
     assert weights["repo_dir"] == "/data/models/MiniMaxAI/MiniMax-M3-MXFP8"
     assert weights["dir"] == rev_dir
-    assert weights["rel_dir"] == "MiniMaxAI/MiniMax-M3-MXFP8/c5454eb03678d8710e54a4e0fc681b9f3b4a3dba"
     assert weights["manifest"] == rev_dir + ".manifest.sha256"
     assert weights["marker"] == rev_dir + ".verified.json"
     assert weights["current"] == "/data/models/MiniMaxAI/MiniMax-M3-MXFP8/current"
+    assert weights["serving"] == "/data/models/MiniMaxAI/MiniMax-M3-MXFP8/serving"
     assert weights["previous"] == "/data/models/MiniMaxAI/MiniMax-M3-MXFP8/previous"
     assert weights["container_dir"] == "/models/MiniMax-M3-MXFP8"
     assert spec["image"]["ref"] == ("lmsysorg/sglang@sha256:de63ac56df5d7b064451e21147eaab8963"
