@@ -401,7 +401,8 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
                     image=None, allow_unpinned_image=False, weights_revision="",
                     weights_root="/data/models", profile_overrides=None, tuning=None,
                     capabilities=None, gpu_count=None, allow_request_logging=False,
-                    flag_ranges=None, flag_sources=None, weights_manifest_sha256=""):
+                    flag_ranges=None, flag_sources=None, weights_manifest_sha256="",
+                    gateway=False):
     """Resolve the site choices into serving_spec. Never raises for bad input: every problem
     becomes one line in spec['blockers'], each naming the fix. The API key itself is only
     checked (api_key_problem), never stored in the spec."""
@@ -430,6 +431,13 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     if key_problem:
         blockers.append(key_problem)
     api_key_set = api_key_defined and key_problem is None
+    gateway = gateway is True
+    if gateway and api_key_defined:
+        # SGLang prints its server_args, key included, on every start: behind the gateway the
+        # engine gets no key at all, so no engine can log one.
+        blockers.append("serving_api_key is set while serving_gateway is true: the engine behind the "
+                        "gateway gets no key (SGLang would log it); remove serving_api_key and give "
+                        "each client its own key in gateway_clients.")
 
     spec = {
         "profile": profile, "description": None, "status": None, "engine": engine,
@@ -437,7 +445,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         "device_args": [], "bind_address": bind_address, "port": None, "container_port": None,
         "health_path": None, "args": [], "arg_sources": [], "source": None, "env": {},
         "entrypoint": [], "command": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
-        "auth": bool(api_key_set), "tuning": list(tuning), "container": {},
+        "auth": bool(api_key_set), "gateway": gateway, "tuning": list(tuning), "container": {},
         "blockers": blockers,
     }
 
@@ -519,6 +527,10 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     address_problem = bind_address_problem(bind_address)
     if address_problem:
         blockers.append(address_problem)
+    elif gateway and not is_loopback(bind_address):
+        blockers.append("serving_bind_address %s is not loopback while serving_gateway is true: set "
+                        "serving_bind_address: 127.0.0.1 (only the gateway may reach the engine)."
+                        % bind_address)
     elif not is_loopback(bind_address) and not api_key_set:
         blockers.append("serving_bind_address %s is not loopback and serving_api_key is not set: "
                         "set serving_api_key (vaulted) or bind 127.0.0.1." % bind_address)
