@@ -1,0 +1,371 @@
+# -*- coding: utf-8 -*-
+"""Filters of the `gateway` role: resolve the site's gateway choices into `gateway_spec`.
+
+The gateway (HAProxy, from the distribution's archive) is the only thing clients reach: it
+terminates TLS, authenticates named client keys, applies each client's limits and the media
+policy, and forwards the few OpenAI-compatible paths to an engine that listens on loopback
+with no key. Everything that decides something lives here, as pure functions that pytest calls
+directly (tests/unit/test_gateway_filters.py); the role only wires them and renders files.
+
+`gateway_resolve` never raises for bad input: each problem becomes one line in
+spec['blockers'] naming the fix, and the role refuses before anything changes. Client keys
+never enter the spec: only their SHA-256 (HAProxy hashes the presented key with its `sha2`
+converter and looks the digest up), so the spec can be printed and the gateway host holds no
+key in clear.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+import re
+
+try:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    HAS_CRYPTOGRAPHY = True
+except ImportError:  # pragma: no cover - cryptography ships with ansible-core
+    HAS_CRYPTOGRAPHY = False
+
+# A control character (C0, DEL, C1): nothing that reaches haproxy.cfg may hold one.
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CLIENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+# RFC 1123 host names (an allowlist entry is a host, not a URL, pattern or address range).
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+KEY_MIN_LENGTH = 32
+KEY_PLACEHOLDERS = ("changeme", "change-me", "replaceme", "replace-me", "your-api-key",
+                    "yourapikey", "placeholder", "example", "<", ">")
+# What a client may send unless its entry says otherwise.
+CLIENT_DEFAULTS = {"requests_per_minute": 600, "concurrent": 16, "max_body_bytes": 2 * 1024 * 1024,
+                   "max_tokens": 8192}
+CLIENT_LIMITS = {"requests_per_minute": (1, 1000000), "concurrent": (1, 100000),
+                 "max_body_bytes": (1024, 64 * 1024 * 1024), "max_tokens": (1, 10000000)}
+# The only paths clients reach (method, exact path or prefix); everything else is 404.
+CLIENT_PATHS = [
+    {"path": "/v1/chat/completions", "methods": ["POST"], "body": True},
+    {"path": "/v1/completions", "methods": ["POST"], "body": True},
+    {"path": "/v1/models", "methods": ["GET"], "body": False},
+]
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+# Paths the engines serve that a client must never reach through the gateway (vLLM's
+# /invocations has no key check at all; SGLang's admin endpoints change the server). The
+# verification probes each of them; the gateway answers them 404 like any unknown path.
+ENGINE_PRIVATE_PATHS = ["/invocations", "/tokenize", "/detokenize", "/server_info",
+                        "/get_server_info", "/get_model_info", "/flush_cache",
+                        "/update_weights_from_disk", "/update_weights_from_tensor",
+                        "/start_profile", "/v1/load_lora_adapter", "/pooling", "/v1/embeddings",
+                        "/metrics", "/version", "/ping", "/v2/models"]
+
+
+def _int_in(value, low, high):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    else:
+        return None
+    return number if low <= number <= high else None
+
+
+def key_digest(key):
+    """The SHA-256 hex of a client key, as HAProxy's `sha2(256),hex,lower` computes it."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def key_problem(name, key):
+    """Why a client key cannot be used, or None. Never echoes the key."""
+    fix = ("set gateway_clients[%s].key to a random string of at least %d characters "
+           "(openssl rand -hex 32), vaulted" % (name, KEY_MIN_LENGTH))
+    if not isinstance(key, str) or not key:
+        return "gateway client '%s' has no key (or not a string): %s." % (name, fix)
+    if CONTROL_RE.search(key) or any(ch.isspace() for ch in key):
+        return "gateway client '%s' key holds whitespace or a control character: %s." % (name, fix)
+    if len(key) < KEY_MIN_LENGTH:
+        return "gateway client '%s' key has %d characters (at least %d): %s." % (
+            name, len(key), KEY_MIN_LENGTH, fix)
+    if any(word in key.lower() for word in KEY_PLACEHOLDERS) or len(set(key)) < 8:
+        return "gateway client '%s' key looks like a placeholder, not a random key: %s." % (name, fix)
+    return None
+
+
+def clients_resolve(clients):
+    """(resolved clients without keys, blockers). Names unique and plain, keys unique and long,
+    limits whole numbers in range."""
+    blockers = []
+    resolved = []
+    if not isinstance(clients, list) or not clients:
+        return [], ["gateway_clients is empty (or not a list): name at least one client, e.g. "
+                    "[{name: app, key: \"{{ vault_app_key }}\"}]; nobody could use the gateway."]
+    seen_names = set()
+    seen_digests = {}
+    for index, client in enumerate(clients):
+        if not isinstance(client, dict):
+            blockers.append("gateway_clients[%d] is a %s, not a mapping with name and key."
+                            % (index, type(client).__name__))
+            continue
+        name = client.get("name")
+        if not isinstance(name, str) or not CLIENT_NAME_RE.match(name):
+            blockers.append("gateway_clients[%d].name %r is not a plain name (lowercase letters, "
+                            "digits, '.', '_', '-'; at most 63): rename it." % (index, name))
+            continue
+        if name in seen_names:
+            blockers.append("gateway client name '%s' appears twice: give each client its own "
+                            "name (it is what the access log records)." % name)
+            continue
+        seen_names.add(name)
+        unknown = sorted(set(client) - set(CLIENT_DEFAULTS) - {"name", "key"})
+        if unknown:
+            blockers.append("gateway client '%s' has unknown settings %s; known: %s." % (
+                name, ", ".join(unknown), ", ".join(["name", "key"] + sorted(CLIENT_DEFAULTS))))
+        problem = key_problem(name, client.get("key"))
+        if problem:
+            blockers.append(problem)
+            continue
+        digest = key_digest(client["key"])
+        if digest in seen_digests:
+            blockers.append("gateway clients '%s' and '%s' have the same key: each client needs "
+                            "its own (limits and logs are per key)." % (seen_digests[digest], name))
+            continue
+        seen_digests[digest] = name
+        entry = {"name": name, "key_sha256": digest}
+        for setting, default in CLIENT_DEFAULTS.items():
+            low, high = CLIENT_LIMITS[setting]
+            value = client.get(setting, default)
+            number = _int_in(value, low, high)
+            if number is None:
+                blockers.append("gateway client '%s' %s is %r: set a whole number between %d and %d."
+                                % (name, setting, value, low, high))
+                number = default
+            entry[setting] = number
+        resolved.append(entry)
+    return resolved, blockers
+
+
+def networks_problems(networks, name):
+    """(normalised CIDR strings, blockers)."""
+    if not isinstance(networks, list):
+        return [], ["%s is a %s: list networks in CIDR form, e.g. ['10.20.0.0/16']."
+                    % (name, type(networks).__name__)]
+    result, blockers = [], []
+    for item in networks:
+        try:
+            result.append(str(ipaddress.ip_network(str(item).strip(), strict=False)))
+        except ValueError:
+            blockers.append("%s entry %r is not a network (CIDR like 10.20.0.0/16 or an address): "
+                            "fix it." % (name, item))
+    return result, blockers
+
+
+def media_allowlist_problems(entries):
+    """(lowercased host names, blockers). Default (empty): data URIs only."""
+    if not isinstance(entries, list):
+        return [], ["gateway_media_allowlist is a %s: list host names, e.g. ['images.intranet']."
+                    % type(entries).__name__]
+    result, blockers = [], []
+    for item in entries:
+        host = str(item).strip().lower().rstrip(".") if isinstance(item, str) else ""
+        if not HOSTNAME_RE.match(host) or _is_ip(host):
+            blockers.append("gateway_media_allowlist entry %r is not a host name (no scheme, path, "
+                            "port, wildcard or address): write it as images.intranet." % (item,))
+        else:
+            result.append(host)
+    return sorted(set(result)), blockers
+
+
+def _is_ip(text):
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def tls_problems(cert_pem, key_pem, now=None):
+    """Blockers for the gateway's certificate and key: both PEM, the key matches the
+    certificate's public key, and the certificate is valid now. Returns (facts, blockers)."""
+    fix = "set gateway_tls_cert_pem and gateway_tls_key_pem (vaulted) to a matching pair"
+    if not cert_pem or not key_pem:
+        return {}, ["gateway_tls_cert_pem or gateway_tls_key_pem is not set: %s (the lab "
+                    "generates a site CA; a site uses its own)." % fix]
+    if not HAS_CRYPTOGRAPHY:  # pragma: no cover
+        return {}, ["the controller's Python lacks the cryptography package: install it."]
+    try:
+        certs = x509.load_pem_x509_certificates(str(cert_pem).encode())
+    except ValueError as exc:
+        return {}, ["gateway_tls_cert_pem is not a PEM certificate (%s): %s." % (exc, fix)]
+    try:
+        key = serialization.load_pem_private_key(str(key_pem).encode(), password=None)
+    except (ValueError, TypeError) as exc:
+        return {}, ["gateway_tls_key_pem is not an unencrypted PEM private key (%s): %s."
+                    % (str(exc).split("\n")[0], fix)]
+    leaf = certs[0]
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    blockers = []
+    if leaf.public_key().public_bytes(der, public) != key.public_key().public_bytes(der, public):
+        blockers.append("gateway_tls_key_pem does not belong to gateway_tls_cert_pem (their public "
+                        "keys differ): %s." % fix)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    not_after = leaf.not_valid_after_utc
+    not_before = leaf.not_valid_before_utc
+    if not_after <= now:
+        blockers.append("gateway_tls_cert_pem expired on %s: renew the certificate."
+                        % not_after.strftime("%Y-%m-%d"))
+    elif not_before > now:
+        blockers.append("gateway_tls_cert_pem is not valid before %s: check the clock or the "
+                        "certificate." % not_before.strftime("%Y-%m-%d"))
+    facts = {"subject": leaf.subject.rfc4514_string(), "not_after": not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "chain_length": len(certs)}
+    return facts, blockers
+
+
+def upstreams_problems(upstreams):
+    """(upstreams, blockers): each {name, address, port, tls}."""
+    if not isinstance(upstreams, list) or not upstreams:
+        return [], ["the gateway has no upstream: serving_spec (engine on this node) or the "
+                    "`nodes` group must name at least one."]
+    result, blockers = [], []
+    for index, item in enumerate(upstreams):
+        if not isinstance(item, dict):
+            blockers.append("gateway upstream %d is not a mapping." % index)
+            continue
+        name = str(item.get("name", ""))
+        port = _int_in(item.get("port"), 1, 65535)
+        address = str(item.get("address", "")).strip()
+        ok_address = _is_ip(address) or HOSTNAME_RE.match(address.lower() or "-")
+        if not CLIENT_NAME_RE.match(name.lower()) or port is None or not ok_address:
+            blockers.append("gateway upstream %r is not {name, address (IP or host name), port "
+                            "1-65535}: fix gateway_upstreams." % (item,))
+            continue
+        result.append({"name": name.lower(), "address": address, "port": port,
+                       "tls": bool(item.get("tls", False))})
+    return result, blockers
+
+
+def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks=None,
+                    metrics_networks=None, media_allowlist=None, upstreams=None,
+                    tls_cert_pem=None, tls_key_pem=None, upstream_timeout_s=3600,
+                    engine_bind_address="127.0.0.1", engine="vllm", now=None):
+    """Resolve the gateway choices into gateway_spec. Never raises; see the module docstring."""
+    blockers = []
+    resolved_clients, problems = clients_resolve(clients)
+    blockers += problems
+    gw_port = _int_in(port, 1, 65535)
+    if gw_port is None:
+        blockers.append("gateway_port is %r: set a TCP port between 1 and 65535." % (port,))
+    if not _is_ip(str(bind_address)):
+        blockers.append("gateway_bind_address %r is not an IP address: set one of this host's "
+                        "addresses, or 0.0.0.0 with gateway_allowed_networks." % (bind_address,))
+    allowed, problems = networks_problems(allowed_networks if allowed_networks is not None else [],
+                                          "gateway_allowed_networks")
+    blockers += problems
+    if not allowed and not problems:
+        blockers.append("gateway_allowed_networks is empty: list the client networks that may reach "
+                        "the gateway (CIDR), e.g. ['10.20.0.0/16']; the firewall admits nobody else.")
+    metrics, problems = networks_problems(metrics_networks or [], "gateway_metrics_networks")
+    blockers += problems
+    media, problems = media_allowlist_problems(media_allowlist if media_allowlist is not None else [])
+    blockers += problems
+    ups, problems = upstreams_problems(upstreams)
+    blockers += problems
+    if len({up["tls"] for up in ups}) > 1:
+        blockers.append("gateway_upstreams mixes TLS and plain upstreams: a node gateway forwards to "
+                        "its engine on loopback, a fleet gateway only to node gateways over TLS.")
+    for up in ups:
+        if not up["tls"] and not _loopback(up["address"]):
+            blockers.append("gateway upstream %s (%s) is neither loopback nor TLS: the engine must "
+                            "listen on 127.0.0.1 behind the gateway (serving_bind_address), and a "
+                            "fleet gateway reaches nodes through their own gateways." % (up["name"], up["address"]))
+    if not _loopback(engine_bind_address):
+        blockers.append("serving_bind_address is %s while a gateway fronts the engine: set "
+                        "serving_bind_address: 127.0.0.1 (only the gateway may reach the engine)."
+                        % engine_bind_address)
+    timeout = _int_in(upstream_timeout_s, 10, 86400)
+    if timeout is None:
+        blockers.append("gateway_upstream_timeout_s is %r: set seconds between 10 and 86400 (long "
+                        "generations stream for minutes)." % (upstream_timeout_s,))
+    tls, problems = tls_problems(tls_cert_pem, tls_key_pem, now=now)
+    blockers += problems
+    largest_body = max([c["max_body_bytes"] for c in resolved_clients] or [CLIENT_DEFAULTS["max_body_bytes"]])
+    spec = {
+        "port": gw_port, "bind_address": str(bind_address), "clients": resolved_clients,
+        "allowed_networks": allowed, "metrics_networks": metrics, "media_allowlist": media,
+        "upstreams": ups, "upstream_timeout_s": timeout, "tls": tls, "engine": engine,
+        "client_paths": CLIENT_PATHS, "health_path": HEALTH_PATH, "metrics_path": METRICS_PATH,
+        "private_paths": ENGINE_PRIVATE_PATHS,
+        # A request body must fit one HAProxy buffer to be inspected (max_tokens, media URLs):
+        # the buffer is sized for the largest client limit plus headers.
+        "bufsize": _round_up(largest_body + 65536, 16384),
+        "blockers": blockers,
+    }
+    for where, value in _strings(spec, "gateway"):
+        if CONTROL_RE.search(value):
+            blockers.append("%s is %r, which holds a control character: write it on one line."
+                            % (where, value))
+    return spec
+
+
+def _round_up(value, unit):
+    return ((value + unit - 1) // unit) * unit
+
+
+def _loopback(address):
+    try:
+        return ipaddress.ip_address(str(address)).is_loopback
+    except ValueError:
+        return str(address).lower() == "localhost"
+
+
+def _strings(value, where):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, "%s.%s" % (where, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, "%s[%d]" % (where, index))
+    elif isinstance(value, str):
+        yield where, value
+
+
+def gateway_blockers_text(spec):
+    lines = ["gateway: refused:"] + ["  - " + b for b in spec.get("blockers", [])]
+    return "\n".join(lines)
+
+
+def private_paths(engine=None):
+    """The engine paths no client may reach through the gateway (the verification probes them)."""
+    return list(ENGINE_PRIVATE_PATHS)
+
+
+def fleet_upstreams(nodes, hostvars):
+    """A fleet gateway's upstreams: every serving node's own gateway, over TLS, at the node's
+    gateway_node_address (default: its inventory name) and gateway_port (default 8443)."""
+    result = []
+    for node in nodes:
+        node_vars = hostvars[node]
+        result.append({"name": re.sub(r"[^a-z0-9_.-]", "-", str(node).lower()),
+                       "address": node_vars.get("gateway_node_address") or str(node),
+                       "port": node_vars.get("gateway_port") or 8443, "tls": True})
+    return result
+
+
+def gateway_keys_map(spec):
+    """The map file HAProxy loads: '<sha256 of key> <client name>' per line."""
+    return "".join("%s %s\n" % (c["key_sha256"], c["name"]) for c in spec["clients"])
+
+
+class FilterModule(object):
+    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_key_digest, gateway_private_paths."""
+
+    def filters(self):
+        return {
+            "gateway_resolve": gateway_resolve,
+            "gateway_blockers_text": gateway_blockers_text,
+            "gateway_keys_map": gateway_keys_map,
+            "gateway_key_digest": key_digest,
+            "gateway_private_paths": private_paths,
+            "gateway_fleet_upstreams": fleet_upstreams,
+        }

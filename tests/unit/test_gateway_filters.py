@@ -1,0 +1,132 @@
+"""filter_plugins/gateway.py: every refusal the issue names is a blocker that names its fix,
+and nothing of a client key but its SHA-256 reaches gateway_spec."""
+import datetime
+import json
+import os
+import subprocess
+
+import pytest
+
+from helpers import ROOT, load_source
+
+gateway = load_source("mm3_gateway_filters", os.path.join(ROOT, "filter_plugins", "gateway.py"))
+KEY_A = "mK3vQ9zL2xR7tB5nW8cJ4hF6dS1aG0pE"
+KEY_B = "Lq7Wc2Zr9Tn4Vb6Xm1Ks8Jd3Hf5Gp0Ay"
+
+
+@pytest.fixture(scope="module")
+def pems(tmp_path_factory):
+    out = {}
+    for kind, extra in (("good", []), ("expired", ["--expired"]), ("other", [])):
+        path = tmp_path_factory.mktemp(kind)
+        subprocess.run(["python3", os.path.join(ROOT, "lab", "files", "make_site_ca.py"), str(path),
+                        "gw.example"] + extra, check=True, capture_output=True)
+        out[kind] = {name: (path / name).read_text() for name in ("gateway.pem", "gateway.key", "ca.pem")}
+    return out
+
+
+def resolve(pems, clients=None, **kwargs):
+    options = dict(allowed_networks=["10.20.0.0/16"], tls_cert_pem=pems["good"]["gateway.pem"],
+                   tls_key_pem=pems["good"]["gateway.key"],
+                   upstreams=[{"name": "engine", "address": "127.0.0.1", "port": 30000}])
+    options.update(kwargs)
+    return gateway.gateway_resolve(clients if clients is not None else [{"name": "app", "key": KEY_A}], **options)
+
+
+def test_a_good_gateway_has_no_blockers_and_no_key_in_clear(pems):
+    spec = resolve(pems, [{"name": "app", "key": KEY_A}, {"name": "batch", "key": KEY_B, "max_tokens": 512}])
+    assert spec["blockers"] == []
+    text = json.dumps(spec)
+    assert KEY_A not in text and KEY_B not in text
+    assert spec["clients"][0]["key_sha256"] == gateway.key_digest(KEY_A)
+    assert spec["clients"][1]["max_tokens"] == 512 and spec["clients"][0]["max_tokens"] == 8192
+    assert gateway.gateway_keys_map(spec).splitlines()[1] == gateway.key_digest(KEY_B) + " batch"
+    # The buffer holds the largest body a client may send, plus headers.
+    assert spec["bufsize"] >= 2 * 1024 * 1024 + 65536 and spec["bufsize"] % 16384 == 0
+
+
+@pytest.mark.parametrize("clients,needle", [
+    ([], "gateway_clients is empty"),
+    ([{"name": "app", "key": "short-key-1234567"}], "has 17 characters (at least 32)"),
+    ([{"name": "app", "key": "x" * 40}], "looks like a placeholder"),
+    ([{"name": "app", "key": "changeme-" + KEY_A}], "looks like a placeholder"),
+    ([{"name": "app", "key": KEY_A[:16] + " " + KEY_A[16:]}], "whitespace or a control character"),
+    ([{"name": "app", "key": KEY_A}, {"name": "other", "key": KEY_A}], "have the same key"),
+    ([{"name": "app", "key": KEY_A}, {"name": "app", "key": KEY_B}], "appears twice"),
+    ([{"name": "App Server", "key": KEY_A}], "is not a plain name"),
+    ([{"name": "app", "key": KEY_A, "requests_per_minute": 0}], "requests_per_minute is 0"),
+    ([{"name": "app", "key": KEY_A, "max_body_bytes": True}], "max_body_bytes is True"),
+    ([{"name": "app", "key": KEY_A, "rate": 5}], "unknown settings rate"),
+    ([{"name": "app"}], "has no key"),
+])
+def test_client_refusals(pems, clients, needle):
+    spec = resolve(pems, clients)
+    assert any(needle in b for b in spec["blockers"]), spec["blockers"]
+    assert KEY_A not in json.dumps(spec["blockers"])
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"allowed_networks": []}, "gateway_allowed_networks is empty"),
+    ({"allowed_networks": ["10.0.0.0/33"]}, "is not a network"),
+    ({"metrics_networks": ["monitoring"]}, "gateway_metrics_networks entry 'monitoring'"),
+    ({"media_allowlist": ["https://images.intranet/"]}, "is not a host name"),
+    ({"media_allowlist": ["*.intranet"]}, "is not a host name"),
+    ({"media_allowlist": ["10.1.2.3"]}, "is not a host name"),
+    ({"port": 70000}, "gateway_port is 70000"),
+    ({"bind_address": "gateway.local"}, "gateway_bind_address 'gateway.local' is not an IP"),
+    ({"engine_bind_address": "0.0.0.0"}, "serving_bind_address is 0.0.0.0 while a gateway"),
+    ({"upstreams": [{"name": "n1", "address": "10.0.0.5", "port": 30000}]}, "neither loopback nor TLS"),
+    ({"upstreams": []}, "has no upstream"),
+    ({"upstream_timeout_s": 1}, "gateway_upstream_timeout_s is 1"),
+    ({"tls_cert_pem": None}, "is not set"),
+    ({"tls_cert_pem": "not a pem"}, "is not a PEM certificate"),
+])
+def test_setting_refusals(pems, kwargs, needle):
+    spec = resolve(pems, **kwargs)
+    assert any(needle in b for b in spec["blockers"]), spec["blockers"]
+
+
+def test_certificate_that_does_not_match_its_key(pems):
+    spec = resolve(pems, tls_key_pem=pems["other"]["gateway.key"])
+    assert any("does not belong to gateway_tls_cert_pem" in b for b in spec["blockers"]), spec["blockers"]
+
+
+def test_expired_certificate(pems):
+    spec = resolve(pems, tls_cert_pem=pems["expired"]["gateway.pem"], tls_key_pem=pems["expired"]["gateway.key"])
+    assert any("expired on" in b and "renew" in b for b in spec["blockers"]), spec["blockers"]
+
+
+def test_a_certificate_valid_today_expires_later(pems):
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=900)
+    spec = resolve(pems, now=later)
+    assert any("expired on" in b for b in spec["blockers"])
+
+
+def test_media_allowlist_is_normalised(pems):
+    spec = resolve(pems, media_allowlist=["Images.Intranet.", "images.intranet"])
+    assert spec["media_allowlist"] == ["images.intranet"] and not spec["blockers"]
+
+
+def test_serving_refuses_a_key_or_an_open_bind_behind_the_gateway():
+    serving = load_source("mm3_serving_filters", os.path.join(ROOT, "filter_plugins", "serving.py"))
+    import yaml
+    with open(os.path.join(ROOT, "roles", "serving", "vars", "main.yml")) as handle:
+        facts = yaml.safe_load(handle)
+    base = dict(profile="cpu-lab", engine="vllm", weights_repos=facts["serving_weights_repos"],
+                engines=facts["serving_engines"], allow_unpinned_image=True, gateway=True)
+    ok = serving.serving_resolve(facts["serving_matrix"], **base)
+    assert ok["gateway"] is True and not any("gateway" in b for b in ok["blockers"])
+    keyed = serving.serving_resolve(facts["serving_matrix"], api_key=KEY_A, api_key_defined=True, **base)
+    assert any("serving_api_key is set while serving_gateway is true" in b for b in keyed["blockers"])
+    open_bind = serving.serving_resolve(facts["serving_matrix"], bind_address="0.0.0.0", **base)
+    assert any("not loopback while serving_gateway is true" in b for b in open_bind["blockers"])
+
+
+def test_fleet_upstreams_from_the_inventory(pems):
+    hostvars = {"GPU-Node-01": {}, "n2": {"gateway_node_address": "10.0.0.2", "gateway_port": 9443}}
+    ups = gateway.fleet_upstreams(["GPU-Node-01", "n2"], hostvars)
+    assert ups == [{"name": "gpu-node-01", "address": "GPU-Node-01", "port": 8443, "tls": True},
+                   {"name": "n2", "address": "10.0.0.2", "port": 9443, "tls": True}]
+    assert resolve(pems, upstreams=ups)["blockers"] == []
+    mixed = ups + [{"name": "engine", "address": "127.0.0.1", "port": 30000}]
+    assert any("mixes TLS and plain" in b for b in resolve(pems, upstreams=mixed)["blockers"])
