@@ -61,7 +61,7 @@ def serving_verify_summary(reports):
             host, rep.get("base_url"), rep.get("engine"), rep.get("model"), s.get("passed", 0),
             s.get("failed", 0), s.get("skipped", 0), s.get("warn", 0)))
         for r in rep.get("results") or []:
-            lines.append("  %-7s %-9s %7.2fs  %s" % (r.get("status", "?").upper(), r.get("name"),
+            lines.append("  %-7s %-18s %7.2fs  %s" % (r.get("status", "?").upper(), r.get("name"),
                                                   float(r.get("seconds") or 0), _one_line(r.get("detail"))))
             if r.get("status") == "failed" and r.get("fix"):
                 lines.append("          fix: %s" % _one_line(r["fix"], 200))

@@ -52,10 +52,15 @@ options:
     type: str
     default: /health
   checks:
-    description: Checks to run, in this order.
+    description:
+      - Checks to run. They run in the order of the choices below whatever the order given
+        (C(gateway_rate) spends the limits client's budget for a minute, C(bench) loads the server).
+      - The C(gateway_*) checks probe the gateway (roles/gateway) in front of the engine;
+        C(base_url) is then the gateway's https URL.
     type: list
     elements: str
-    choices: [health, models, chat, reasoning, tools, image, auth, bench]
+    choices: [health, models, chat, reasoning, tools, image, auth, gateway_paths, gateway_body,
+              gateway_max_tokens, gateway_media, gateway_tls, gateway_rate, bench]
     default: [health, models, chat, reasoning, tools, image, auth]
   capabilities:
     description:
@@ -89,6 +94,35 @@ options:
     type: list
     elements: str
     default: []
+  ca_path:
+    description: CA certificate (PEM) the server's certificate must chain to, e.g. the site CA of the gateway.
+    type: path
+  gateway:
+    description: What the C(gateway_*) checks need to know about the gateway's limits.
+    type: dict
+    default: {}
+    suboptions:
+      limits_key:
+        description: Key of a client of its own whose limits the checks reach (never the main key).
+        type: str
+        no_log: true
+      rate_per_minute:
+        description: That client's request rate limit.
+        type: int
+      max_body_bytes:
+        description: That client's request body limit.
+        type: int
+      max_tokens:
+        description: That client's C(max_tokens) cap.
+        type: int
+      private_paths:
+        description: Engine paths no client may reach through the gateway.
+        type: list
+        elements: str
+        default: []
+      blocked_media_url:
+        description: An image URL on a host outside the media allowlist.
+        type: str
   timeouts:
     description: Timeouts in seconds.
     type: dict
@@ -270,7 +304,9 @@ def main():
             engine=dict(type="str", choices=["sglang", "vllm"], default="sglang"),
             health_path=dict(type="str", default="/health"),
             checks=dict(type="list", elements="str",
-                        choices=["health", "models", "chat", "reasoning", "tools", "image", "auth", "bench"],
+                        choices=["health", "models", "chat", "reasoning", "tools", "image", "auth",
+                                 "gateway_paths", "gateway_body", "gateway_max_tokens", "gateway_media",
+                                 "gateway_tls", "gateway_rate", "bench"],
                         default=["health", "models", "chat", "reasoning", "tools", "image", "auth"]),
             capabilities=dict(type="list", elements="str"),
             profile=dict(type="str"),
@@ -293,6 +329,15 @@ def main():
                 seed=dict(type="int"),
                 tolerance=dict(type="float", default=0.10),
                 reference=dict(type="dict"),
+            )),
+            ca_path=dict(type="path"),
+            gateway=dict(type="dict", default={}, options=dict(
+                limits_key=dict(type="str", no_log=True),
+                rate_per_minute=dict(type="int"),
+                max_body_bytes=dict(type="int"),
+                max_tokens=dict(type="int"),
+                private_paths=dict(type="list", elements="str", default=[]),
+                blocked_media_url=dict(type="str"),
             )),
             report_path=dict(type="path"),
             validate_certs=dict(type="bool", default=True),
@@ -318,7 +363,7 @@ def main():
         module.fail_json(msg="invalid options: " + "; ".join(problems), results=[], summary={})
 
     client = Client(params["base_url"], params.get("api_key"), params["timeouts"]["request"],
-                    params["validate_certs"])
+                    params["validate_certs"], params.get("ca_path"))
     verifier = Verifier(client, params)
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     t0 = time.monotonic()

@@ -32,8 +32,9 @@ from ansible.module_utils.serving_verify_core import (
     url_allowed,
     validate_tool_calls,
 )
+from ansible.module_utils.serving_verify_gateway import GATEWAY_CHECKS, GatewayChecks
 
-ALL_CHECKS = ["health", "models", "chat", "reasoning", "tools", "image", "auth", "bench"]
+ALL_CHECKS = ["health", "models", "chat", "reasoning", "tools", "image", "auth"] + GATEWAY_CHECKS + ["bench"]
 HEALTH_PROMPT = "Say OK."
 
 
@@ -54,7 +55,7 @@ def _http_diagnosis(resp, default):
     return default
 
 
-class Verifier(object):
+class Verifier(GatewayChecks):
     def __init__(self, client, params, clock=time.monotonic, sleep=time.sleep):
         self.client = client
         self.p = params
@@ -421,8 +422,10 @@ class Verifier(object):
                             warn=comparison["status"] == "warn")
 
     def run(self, checks):
+        """Run the checks in ALL_CHECKS order (gateway_rate spends the limits client's budget
+        for a minute, bench loads the server: both after the functional checks)."""
         results = []
-        for name in checks:
+        for name in sorted(checks, key=ALL_CHECKS.index):
             results.append(getattr(self, "check_" + name)())
         return results
 

@@ -139,6 +139,11 @@ DIAGNOSES = {
         "inspect the server logs; on 'CUDA out of memory' reduce --mem-fraction-static below "
         "0.65, then --chunked-prefill-size to 4096 or 2048, and benchmark again",
     ),
+    "gateway": (
+        "a gateway protection is missing or was changed (path filter, limits, media policy, TLS)",
+        "re-run the gateway role (playbooks/serve.yml) so haproxy.cfg is rendered from gateway_spec; "
+        "check the client limits in gateway_clients and the media allowlist",
+    ),
     "bench": (
         "requests failed under load (out of memory during prefill, timeouts, or a worker exited)",
         "inspect the server logs; reduce --mem-fraction-static / --chunked-prefill-size per the "

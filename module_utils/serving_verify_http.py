@@ -60,13 +60,14 @@ def _error_text(exc):
 class Client(object):
     """base_url like http://127.0.0.1:30000; api_key sent as a bearer token unless auth=False."""
 
-    def __init__(self, base_url, api_key=None, timeout=60.0, validate_certs=True):
+    def __init__(self, base_url, api_key=None, timeout=60.0, validate_certs=True, ca_path=None):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
         self.validate_certs = validate_certs
         if self.base_url.startswith("https"):
-            self.context = make_context(validate_certs=validate_certs)
+            # ca_path: the site CA a gateway's certificate chains to (instead of the system store).
+            self.context = make_context(cafile=ca_path, validate_certs=validate_certs)
         else:
             # Plain http never uses it; a bare context keeps Request.open from building one.
             self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
