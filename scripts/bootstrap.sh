@@ -27,6 +27,20 @@ find_python() {
   return 1
 }
 
+# The gateway tests (tests/test_gateway_haproxy.py) run the distribution's HAProxy with its Lua
+# JSON parser on this machine, as the gateway role installs them on a node.
+if ! command -v haproxy >/dev/null 2>&1 || ! ls /usr/lib/*/lua/5.*/cjson.so >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing haproxy and lua-cjson (apt) for the gateway tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy lua-cjson >/dev/null
+    # Only the binary is needed here; the packaged service stays off on the controller.
+    systemctl disable --now haproxy >/dev/null 2>&1 || true
+  else
+    echo "bootstrap: the gateway tests need haproxy and lua-cjson: apt-get install haproxy lua-cjson" >&2
+    exit 1
+  fi
+fi
+
 stamp="$venv/.mm3-stamp"
 want=$(cat requirements.lock "$0" | sha256sum | cut -c1-16)
 if [ -x "$venv/bin/ansible-playbook" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \

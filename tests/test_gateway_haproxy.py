@@ -1,0 +1,272 @@
+"""The gateway's protections against the real HAProxy (the distribution's package on this
+machine), rendered from the role's own templates and filter, in front of the recording upstream
+(tests/gateway_harness.py; a stand-in for the engine, named as such). The verification module's
+gateway checks pass against the full configuration, and each fails when the one protection it
+probes is removed from the rendered files (strip_protection), so no check passes whatever the
+gateway does. The engine itself behind the gateway is exercised in the lab (make lab)."""
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import gateway_harness as gh
+from helpers import ROOT, load_source
+
+load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
+load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
+load_source("ansible.module_utils.serving_verify_gateway", os.path.join(ROOT, "module_utils", "serving_verify_gateway.py"))
+checks = load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
+http = load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
+
+MAIN_KEY = "mK3vQ9zL2xR7tB5nW8cJ4hF6dS1aG0pE"
+LIMITS_KEY = "Lq7Wc2Zr9Tn4Vb6Xm1Ks8Jd3Hf5Gp0Ay"
+CLIENTS = [
+    {"name": "main", "key": MAIN_KEY},
+    {"name": "limits", "key": LIMITS_KEY, "requests_per_minute": 5, "concurrent": 2,
+     "max_body_bytes": 4096, "max_tokens": 64},
+]
+GATEWAY_OPTS = {"limits_key": LIMITS_KEY, "rate_per_minute": 5, "max_body_bytes": 4096,
+                "max_tokens": 64, "private_paths": ["/invocations", "/tokenize", "/flush_cache",
+                                                    "/get_server_info", "/update_weights_from_disk",
+                                                    "/metrics"]}
+
+
+@pytest.fixture(scope="module")
+def site_ca(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ca")
+    subprocess.run(["python3", os.path.join(ROOT, "lab", "files", "make_site_ca.py"), str(out),
+                    "127.0.0.1", "localhost"], check=True, capture_output=True)
+    return str(out)
+
+
+def verifier(url, ca_dir, key=MAIN_KEY):
+    client = http.Client(url, key, timeout=10, ca_path=os.path.join(ca_dir, "ca.pem"))
+    params = {"timeouts": {"health": 10, "interval": 0.5, "request": 10, "bench": 30},
+              "gateway": dict(GATEWAY_OPTS), "model": "tiny-m3", "max_tokens": 16,
+              "temperature": 1.0, "top_p": 0.95}
+    return checks.Verifier(client, params)
+
+
+def run_check(tmp_path, ca, name, without=(), upstream=None):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, ca, without=without) as url:
+            result = getattr(verifier(url, ca), "check_" + name)()
+            return result, up.requests
+
+
+ALL = ["gateway_paths", "gateway_body", "gateway_max_tokens", "gateway_media", "gateway_tls", "gateway_rate"]
+
+
+def test_every_gateway_check_passes_against_the_full_config(tmp_path, site_ca):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca) as url:
+            v = verifier(url, site_ca)
+            v.p["api_key"] = MAIN_KEY
+            results = v.run(ALL + ["auth"])
+    failed = [r for r in results if r["status"] != "passed"]
+    assert not failed, failed
+    by_name = {r["name"]: r for r in results}
+    assert "rate limit" in by_name["gateway_rate"]["detail"]
+    assert "HTTP 413" in by_name["gateway_body"]["detail"]
+    # Nothing that was refused reached the engine; nothing that reached it carried a key.
+    reached = [r["path"] for r in up.requests]
+    assert not set(reached) & set(GATEWAY_OPTS["private_paths"]), reached
+    assert all("authorization" not in {h.lower() for h in r["headers"]} for r in up.requests)
+
+
+@pytest.mark.parametrize("protection,check", [
+    ("paths", "gateway_paths"),
+    ("body size", "gateway_body"),
+    ("max_tokens", "gateway_max_tokens"),
+    ("media", "gateway_media"),
+    ("rate", "gateway_rate"),
+])
+def test_each_check_fails_without_its_protection(tmp_path, site_ca, protection, check):
+    result, _ = run_check(tmp_path, site_ca, check, without=[protection])
+    assert result["status"] == "failed", result
+
+
+def test_auth_check_fails_without_key_checking(tmp_path, site_ca):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca, without=["auth"]) as url:
+            v = verifier(url, site_ca)
+            v.p["api_key"] = MAIN_KEY
+            result = v.check_auth()
+    assert result["status"] == "failed" and "without a key got HTTP 200" in result["detail"], result
+
+
+def test_the_engine_sees_no_key_and_sees_one_without_that_protection(tmp_path, site_ca):
+    for without, expect_key in (((), False), (("no key upstream",), True)):
+        with gh.RecordingUpstream() as up:
+            spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+            with gh.running_gateway(tmp_path, spec, site_ca, without=without) as url:
+                assert verifier(url, site_ca).client.get("/v1/models").status == 200
+        seen = [r["headers"].get("Authorization") or r["headers"].get("authorization") for r in up.requests
+                if r["path"] == "/v1/models"]
+        assert seen and (MAIN_KEY in str(seen)) is expect_key, (without, seen)
+
+
+def test_tls_check_fails_on_a_plain_http_gateway(tmp_path, site_ca):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca) as url:
+            # The TLS check against a URL that is not https, and a client that trusts nothing
+            # but the system store, both fail.
+            assert verifier(url.replace("https", "http"), site_ca).check_gateway_tls()["status"] == "failed"
+            untrusting = http.Client(url, MAIN_KEY, timeout=5)
+            assert untrusting.get("/v1/models").status is None
+
+
+def test_concurrency_limit_per_client_and_its_removal(tmp_path, site_ca):
+    payload = {"model": "tiny-m3", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    for without, expect_refusal in (((), True), (("concurrency",), False)):
+        with gh.RecordingUpstream(delay=1.5) as up:
+            spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+            with gh.running_gateway(tmp_path, spec, site_ca, without=without) as url:
+                client = verifier(url, site_ca).client
+                with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                    answers = list(pool.map(lambda _: client.post("/v1/chat/completions", payload, key=LIMITS_KEY),
+                                            range(4)))
+        refused = [a for a in answers if a.status == 429]
+        assert bool(refused) is expect_refusal, [(a.status, a.error) for a in answers]
+        if refused:
+            assert "concurrency limit" in refused[0].error
+
+
+def test_streaming_passes_through_unbuffered(tmp_path, site_ca):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca) as url:
+            client = verifier(url, site_ca).client
+            lines = []
+            resp, _ = client.stream("/v1/chat/completions", {"model": "tiny-m3", "stream": True, "max_tokens": 8,
+                                                               "messages": []}, lambda line, t: lines.append(line))
+    assert resp.status == 200 and sum(1 for line in lines if line.startswith(b"data:")) == 5
+
+
+@pytest.mark.parametrize("url,allowed", [
+    ("data:image/png;base64,iVBORw0KGgo=", True),
+    ("https://images.intranet/cat.png", True),
+    ("https://IMAGES.intranet./cat.png", True),
+    ("https://images.intranet.evil.example/cat.png", False),
+    ("https://evil.example@images.intranet/cat.png", False),
+    ("http://10.0.0.1/cat.png", False),
+    ("file:///etc/passwd", False),
+    ("https://images.intranet%2f@evil.example/x", False),
+])
+def test_media_policy_allowlist(tmp_path, site_ca, url, allowed):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS, media_allowlist=["images.intranet"])
+        with gh.running_gateway(tmp_path, spec, site_ca) as base:
+            client = verifier(base, site_ca).client
+            # The URL also travels JSON-escaped: the policy decodes before it looks.
+            payload = {"model": "tiny-m3", "max_tokens": 8, "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": url}}]}]}
+            resp = client.post("/v1/chat/completions", payload)
+    assert (resp.status == 200) is allowed, (resp.status, resp.error)
+    if not allowed:
+        assert resp.status == 400 and "media policy" in resp.error
+
+
+def test_a_json_escaped_url_is_decoded_before_the_policy_looks(tmp_path, site_ca):
+    import socket
+    import ssl
+    body = (b'{"model":"tiny-m3","max_tokens":8,"messages":[{"role":"user","content":[{"type":"image_url",'
+            b'"image_url":{"\\u0075rl":"\\u0068ttp://evil.example/x.png"}}]}]}')
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca) as base:
+            ctx = ssl.create_default_context(cafile=os.path.join(site_ca, "ca.pem"))
+            with socket.create_connection(("127.0.0.1", spec["port"])) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (MAIN_KEY.encode(), len(body), body))
+                answer = b""
+                while True:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400") and b"media policy" in answer, answer[:300]
+    assert not [r for r in up.requests if r["path"] == "/v1/chat/completions"]
+
+
+def test_a_body_the_policy_cannot_parse_is_refused(tmp_path, site_ca):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca) as base:
+            client = verifier(base, site_ca).client
+            huge = client.post("/v1/chat/completions", {"model": "x", "max_tokens": 1e300, "messages": []})
+            not_object = client.post("/v1/chat/completions", ["a list"])
+    assert huge.status == 400 and "max_tokens limit" in huge.error, (huge.status, huge.error)
+    assert not_object.status == 400, (not_object.status, not_object.error)
+
+
+def _admin(tmp_dir, command):
+    import socket as socketlib
+    with socketlib.socket(socketlib.AF_UNIX) as sock:
+        sock.connect(os.path.join(str(tmp_dir), "run", "admin.sock"))
+        sock.sendall(command.encode() + b"\n")
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data.decode()
+            data += chunk
+
+
+def test_fleet_gateway_balances_over_node_gateways_drains_and_survives_a_dead_node(tmp_path, site_ca):
+    """The second topology: a `gateway` host in front of every node's gateway, over verified
+    TLS. The key reaches the node gateways (they authenticate again) but never an engine; a
+    drained node gets no new request; a node whose gateway dies leaves the pool without a
+    failed request (redispatch, then the health check)."""
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        ups = [stack.enter_context(gh.RecordingUpstream()) for _ in range(2)]
+        node_specs = [gh.lab_spec(site_ca, up.port, CLIENTS) for up in ups]
+        node_dirs = [tmp_path / ("node%d" % i) for i in range(2)]
+        node_cms = [gh.running_gateway(d, spec, site_ca) for d, spec in zip(node_dirs, node_specs)]
+        for cm in node_cms:
+            stack.enter_context(cm)
+        fleet_spec = gh.lab_spec(site_ca, None, CLIENTS, upstreams=[
+            {"name": "node%d" % i, "address": "localhost", "port": spec["port"], "tls": True}
+            for i, spec in enumerate(node_specs)])
+        fleet_dir = tmp_path / "fleet"
+        url = stack.enter_context(gh.running_gateway(fleet_dir, fleet_spec, site_ca))
+        client = verifier(url, site_ca).client
+        statuses = [client.get("/v1/models").status for _ in range(10)]
+        assert statuses == [200] * 10
+        counts = [len([r for r in up.requests if r["path"] == "/v1/models"]) for up in ups]
+        assert all(c > 0 for c in counts), counts
+        assert all("authorization" not in {h.lower() for h in r["headers"]} for up in ups for r in up.requests)
+        # Without a key the fleet gateway refuses before any node sees the request.
+        assert client.get("/v1/models", auth=False).status == 401
+
+        _admin(fleet_dir, "set server mm3_engines/node0 state drain")
+        before = len(ups[0].requests)
+        assert [client.get("/v1/models").status for _ in range(6)] == [200] * 6
+        assert len([r for r in ups[0].requests[before:] if r["path"] != "/health"]) == 0
+        _admin(fleet_dir, "set server mm3_engines/node0 state ready")
+
+        node_cms[1].__exit__(None, None, None)   # node1's gateway dies
+        statuses = [client.get("/v1/models").status for _ in range(8)]
+        assert statuses == [200] * 8, statuses
+        deadline = time.monotonic() + 20
+        while "node1" not in _down_servers(fleet_dir) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "node1" in _down_servers(fleet_dir)
+
+
+def _down_servers(fleet_dir):
+    lines = _admin(fleet_dir, "show stat").splitlines()
+    header = lines[0].lstrip("# ").split(",")
+    rows = [dict(zip(header, line.split(","))) for line in lines[1:] if line]
+    return [r["svname"] for r in rows if r.get("pxname") == "mm3_engines" and r.get("status", "").startswith("DOWN")]
