@@ -53,6 +53,12 @@ case "${1:-up}" in
       echo "== plan against $node: ${line#*: }"
       [ "${line#*: }" = "no change" ] || { echo "lab: the plan differs from what $node runs, see $plan_log" >&2; exit 1; }
     done
+    # The firewall from outside a node, and the secrets search against the real engine's logs
+    # (lab/checks.yml; it plants a canary so the search can fail).
+    checks_log=reports/lab/checks-$(date -u +%Y%m%dT%H%M%SZ).log
+    $stage lab-checks ansible-playbook "${inv[@]}" lab/checks.yml > "$checks_log" 2>&1 \
+      || { tail -60 "$checks_log"; echo "lab: lab/checks.yml failed, see $checks_log" >&2; exit 1; }
+    cat reports/lab/checks.txt
     ;;
   down)
     ids=$(docker ps -aq --filter label=org.mm3.lab=true)
@@ -61,7 +67,7 @@ case "${1:-up}" in
     [ -z "$nets" ] || docker network rm $nets >/dev/null
     vols=$(docker volume ls -q --filter label=org.mm3.lab=true)
     [ -z "$vols" ] || docker volume rm $vols >/dev/null
-    rm -f inventories/lab/group_vars/all/lab_image.yml
+    rm -f inventories/lab/group_vars/all/lab_image.yml inventories/lab/group_vars/all/lab_network.yml
     echo "lab: removed $(echo $ids | wc -w) containers, $(echo $nets | wc -w) networks (and their anonymous volumes)"
     ;;
   *) echo "usage: $0 up|down" >&2; exit 2 ;;
