@@ -66,6 +66,7 @@ test-serial: lint pytest engine-test molecule
 bench: bootstrap
 	python bench/weights_verify_bench.py
 	python bench/verify_vs_vllm_bench.py --rounds 2
+	python bench/gateway_overhead_bench.py
 
 lab: bootstrap images
 	@$(STAGE) lab scripts/lab.sh up
