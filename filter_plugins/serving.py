@@ -244,6 +244,27 @@ def bind_address_problem(address):
     return None
 
 
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+
+
+def media_domains_problems(domains):
+    """(host names, blockers) for serving_media_domains: a list of plain host names."""
+    if domains in (None, ""):
+        return [], []
+    if not isinstance(domains, list):
+        return [], ["serving_media_domains is a %s: list host names (e.g. the gateway's "
+                    "gateway_media_allowlist)." % type(domains).__name__]
+    good, blockers = [], []
+    for item in domains:
+        host = str(item).strip().lower().rstrip(".")
+        if not isinstance(item, str) or not HOSTNAME_RE.match(host):
+            blockers.append("serving_media_domains entry %r is not a host name: write it as "
+                            "images.intranet (no scheme, port or path)." % (item,))
+        else:
+            good.append(host)
+    return sorted(set(good)), blockers
+
+
 def weights_layout(root, repo, revision):
     """Where one revision of a weights repository lives under serving_weights_root.
 
@@ -402,7 +423,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
                     weights_root="/data/models", profile_overrides=None, tuning=None,
                     capabilities=None, gpu_count=None, allow_request_logging=False,
                     flag_ranges=None, flag_sources=None, weights_manifest_sha256="",
-                    gateway=False):
+                    gateway=False, media_domains=None):
     """Resolve the site choices into serving_spec. Never raises for bad input: every problem
     becomes one line in spec['blockers'], each naming the fix. The API key itself is only
     checked (api_key_problem), never stored in the spec."""
@@ -596,6 +617,15 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     if args_tp is not None and args_tp != str(tp):
         blockers.append("profile '%s' has tp %s but its %s flags set %s: make them agree in "
                         "serving_profile_overrides." % (profile, tp, engine, args_tp))
+
+    # The engine's own media-domain switch, where it has one (vLLM --allowed-media-domains),
+    # set to the gateway's allowlist: a second guard behind the gateway's. An empty list is not
+    # passed on: for vLLM it would mean "any domain"; the gateway then refuses every URL.
+    domains, domain_problems = media_domains_problems(media_domains)
+    blockers.extend(domain_problems)
+    media_flag = eng_facts.get("media_domains_flag")
+    if domains and media_flag:
+        args = [a for a in args if a and a[0] != media_flag] + [[media_flag] + domains]
 
     logged = [a[0] for a in args if a and a[0] in (eng_facts.get("request_logging_flags") or [])]
     if logged and not allow_request_logging:

@@ -130,3 +130,26 @@ def test_fleet_upstreams_from_the_inventory(pems):
     assert resolve(pems, upstreams=ups)["blockers"] == []
     mixed = ups + [{"name": "engine", "address": "127.0.0.1", "port": 30000}]
     assert any("mixes TLS and plain" in b for b in resolve(pems, upstreams=mixed)["blockers"])
+
+
+def test_vllm_gets_the_media_allowlist_as_its_own_switch_and_sglang_nothing():
+    serving = load_source("mm3_serving_filters", os.path.join(ROOT, "filter_plugins", "serving.py"))
+    import yaml
+    with open(os.path.join(ROOT, "roles", "serving", "vars", "main.yml")) as handle:
+        facts = yaml.safe_load(handle)
+    base = dict(weights_repos=facts["serving_weights_repos"], engines=facts["serving_engines"],
+                allow_unpinned_image=True, gateway=True)
+    vllm = serving.serving_resolve(facts["serving_matrix"], profile="h200", engine="vllm",
+                                   media_domains=["Images.Intranet", "cdn.intranet"], **base)
+    assert not [b for b in vllm["blockers"] if "media" in b], vllm["blockers"]
+    assert vllm["command"][-6:-4] == ["cdn.intranet", "images.intranet"] or \
+        "--allowed-media-domains cdn.intranet images.intranet" in " ".join(vllm["command"])
+    empty = serving.serving_resolve(facts["serving_matrix"], profile="h200", engine="vllm", media_domains=[], **base)
+    assert "--allowed-media-domains" not in empty["command"]
+    sglang = serving.serving_resolve(facts["serving_matrix"], profile="b200", engine="sglang",
+                                     media_domains=["images.intranet"], **base)
+    assert "--allowed-media-domains" not in sglang["command"]
+    assert not [b for b in sglang["blockers"] if "media" in b]
+    bad = serving.serving_resolve(facts["serving_matrix"], profile="h200", engine="vllm",
+                                  media_domains=["https://x/"], **base)
+    assert any("serving_media_domains entry 'https://x/' is not a host name" in b for b in bad["blockers"])
