@@ -136,9 +136,23 @@ def strip_protection(text, name):
     return "".join(out), found
 
 
+class GatewayURL(str):
+    """The gateway's base URL, carrying its process and configuration directory."""
+    proc = None
+    config_dir = None
+    ca_dir = None
+
+
+def write_keys(config_dir, spec):
+    with open(os.path.join(config_dir, "clients.map"), "w") as handle:
+        handle.write(gateway.gateway_keys_map(spec))
+
+
 @contextlib.contextmanager
-def running_gateway(tmp_path, spec, ca_dir, without=()):
-    """Render, check (haproxy -c) and run HAProxy in the foreground; yields the base URL."""
+def running_gateway(tmp_path, spec, ca_dir, without=(), master_worker=False):
+    """Render, check (haproxy -c) and run HAProxy in the foreground; yields the base URL.
+    master_worker: run as the packaged service does (-W: a master that reloads on SIGUSR2,
+    old workers finishing their connections)."""
     config_dir = os.path.join(os.fspath(tmp_path), "etc")
     runtime_dir = os.path.join(os.fspath(tmp_path), "run")
     os.makedirs(config_dir, exist_ok=True)
@@ -148,8 +162,7 @@ def running_gateway(tmp_path, spec, ca_dir, without=()):
     for name, text in files.items():
         with open(os.path.join(config_dir, name), "w") as handle:
             handle.write(text)
-    with open(os.path.join(config_dir, "clients.map"), "w") as handle:
-        handle.write(gateway.gateway_keys_map(spec))
+    write_keys(config_dir, spec)
     with open(os.path.join(config_dir, "gateway.pem"), "w") as handle:
         for part in ("gateway.pem", "gateway.key"):
             with open(os.path.join(ca_dir, part)) as src:
@@ -159,8 +172,8 @@ def running_gateway(tmp_path, spec, ca_dir, without=()):
     check = subprocess.run([HAPROXY, "-c", "-f", cfg], capture_output=True, text=True)
     if check.returncode != 0:
         raise AssertionError("haproxy -c refused the rendered config:\n%s%s" % (check.stdout, check.stderr))
-    proc = subprocess.Popen([HAPROXY, "-db", "-f", cfg], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([HAPROXY] + (["-W"] if master_worker else []) + ["-db", "-f", cfg],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -170,7 +183,9 @@ def running_gateway(tmp_path, spec, ca_dir, without=()):
             if proc.poll() is not None:
                 raise AssertionError("haproxy exited: %s" % proc.stdout.read())
             time.sleep(0.05)
-        yield "https://127.0.0.1:%d" % spec["port"]
+        url = GatewayURL("https://127.0.0.1:%d" % spec["port"])
+        url.proc, url.config_dir, url.ca_dir = proc, config_dir, ca_dir
+        yield url
     finally:
         proc.terminate()
         try:

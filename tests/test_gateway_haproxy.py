@@ -270,3 +270,44 @@ def _down_servers(fleet_dir):
     header = lines[0].lstrip("# ").split(",")
     rows = [dict(zip(header, line.split(","))) for line in lines[1:] if line]
     return [r["svname"] for r in rows if r.get("pxname") == "mm3_engines" and r.get("status", "").startswith("DOWN")]
+
+
+def test_key_rotation_reloads_without_dropping_a_stream(tmp_path, site_ca):
+    """Rotation as the README describes it: add the new key, reload (the packaged service's
+    master-worker mode, SIGUSR2), move the client, remove the old key, reload. A stream that
+    started before the first reload finishes; the old key is refused only after the second."""
+    import signal
+    import threading
+    new_key = "Nw4Rt8Yq2Ue6Io0Pa3Sd7Fg1Hj5Kl9Zx"
+    payload = {"model": "tiny-m3", "stream": True, "max_tokens": 8, "messages": []}
+    with gh.RecordingUpstream(delay=3.0) as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca, master_worker=True) as url:
+            client = verifier(url, site_ca).client
+            lines, result = [], {}
+            stream = threading.Thread(target=lambda: result.update(
+                resp=client.stream("/v1/chat/completions", payload, lambda line, t: lines.append(line))[0]))
+            stream.start()
+            time.sleep(1.0)   # the stream is in flight (the upstream waits 3 s before answering)
+            both = CLIENTS + [{"name": "main-next", "key": new_key}]
+            gh.write_keys(url.config_dir, gh.gateway.gateway_resolve(both, **_opts(spec, site_ca)))
+            url.proc.send_signal(signal.SIGUSR2)
+            time.sleep(1.0)
+            new_client = http.Client(url, new_key, timeout=10, ca_path=os.path.join(site_ca, "ca.pem"))
+            assert new_client.get("/v1/models").status == 200
+            assert client.get("/v1/models").status == 200      # the old key still works
+            only_new = [c for c in both if c["name"] != "main"]
+            gh.write_keys(url.config_dir, gh.gateway.gateway_resolve(only_new, **_opts(spec, site_ca)))
+            url.proc.send_signal(signal.SIGUSR2)
+            time.sleep(1.0)
+            stream.join(timeout=20)
+            assert client.get("/v1/models").status == 401
+            assert new_client.get("/v1/models").status == 200
+    assert result["resp"].status == 200 and sum(1 for line in lines if line.startswith(b"data:")) == 5, \
+        (result, lines)
+
+
+def _opts(spec, ca_dir):
+    with open(os.path.join(ca_dir, "gateway.pem")) as cert, open(os.path.join(ca_dir, "gateway.key")) as key:
+        return dict(port=spec["port"], bind_address="127.0.0.1", allowed_networks=["127.0.0.0/8"],
+                    upstreams=spec["upstreams"], tls_cert_pem=cert.read(), tls_key_pem=key.read())
