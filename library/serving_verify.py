@@ -53,8 +53,8 @@ options:
     default: /health
   checks:
     description:
-      - Checks to run. They run in the order of the choices below whatever the order given
-        (C(gateway_rate) spends the limits client's budget for a minute, C(bench) loads the server).
+      - Checks to run, in this order. List C(gateway_rate) after the other C(gateway_*) checks,
+        since it spends the limits client's request budget for a minute.
       - The C(gateway_*) checks probe the gateway (roles/gateway) in front of the engine;
         C(base_url) is then the gateway's https URL.
     type: list

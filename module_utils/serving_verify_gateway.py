@@ -9,9 +9,9 @@
 #   gateway_tls         a client that does not trust the site CA fails the handshake; the
 #                       trusted one negotiates TLS 1.2 or newer
 #   gateway_rate        the limits client's request rate + 1 requests -> 429 "rate limit"
-# gateway_rate spends the limits client's budget for a minute: the module runs it after the
-# other gateway checks. The limits client is a named client of its own (gateway.limits_key),
-# so the checks never throttle the client the other checks and the benchmark use.
+# gateway_rate spends the limits client's budget for a minute: list it after the other gateway
+# checks. The limits client is a named client of its own (gateway.limits_key), so the checks
+# never throttle the client the other checks and the benchmark use.
 from __future__ import annotations
 
 import socket
