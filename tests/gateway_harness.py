@@ -104,7 +104,6 @@ class RecordingUpstream(object):
 def render(spec, config_dir, runtime_dir, without=()):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
                              trim_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters["to_json"] = json.dumps
     context = {"gateway_spec": spec, "__gateway_config_dir": config_dir,
                "__gateway_runtime_dir": runtime_dir}
     files = {name: env.get_template(name + ".j2").render(**context)

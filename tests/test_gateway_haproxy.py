@@ -5,9 +5,7 @@ gateway checks pass against the full configuration, and each fails when the one 
 probes is removed from the rendered files (strip_protection), so no check passes whatever the
 gateway does. The engine itself behind the gateway is exercised in the lab (make lab)."""
 import concurrent.futures
-import json
 import os
-import shutil
 import subprocess
 import time
 
@@ -17,10 +15,9 @@ import gateway_harness as gh
 from helpers import ROOT, load_source
 
 load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
-load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
+http = load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
 load_source("ansible.module_utils.serving_verify_gateway", os.path.join(ROOT, "module_utils", "serving_verify_gateway.py"))
 checks = load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
-http = load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
 
 MAIN_KEY = "mK3vQ9zL2xR7tB5nW8cJ4hF6dS1aG0pE"
 LIMITS_KEY = "Lq7Wc2Zr9Tn4Vb6Xm1Ks8Jd3Hf5Gp0Ay"
@@ -290,14 +287,14 @@ def test_key_rotation_reloads_without_dropping_a_stream(tmp_path, site_ca):
             stream.start()
             time.sleep(1.0)   # the stream is in flight (the upstream waits 3 s before answering)
             both = CLIENTS + [{"name": "main-next", "key": new_key}]
-            gh.write_keys(url.config_dir, gh.gateway.gateway_resolve(both, **_opts(spec, site_ca)))
+            gh.write_keys(url.config_dir, gh.lab_spec(site_ca, up.port, both, port=spec["port"]))
             url.proc.send_signal(signal.SIGUSR2)
             time.sleep(1.0)
             new_client = http.Client(url, new_key, timeout=10, ca_path=os.path.join(site_ca, "ca.pem"))
             assert new_client.get("/v1/models").status == 200
             assert client.get("/v1/models").status == 200      # the old key still works
             only_new = [c for c in both if c["name"] != "main"]
-            gh.write_keys(url.config_dir, gh.gateway.gateway_resolve(only_new, **_opts(spec, site_ca)))
+            gh.write_keys(url.config_dir, gh.lab_spec(site_ca, up.port, only_new, port=spec["port"]))
             url.proc.send_signal(signal.SIGUSR2)
             time.sleep(1.0)
             stream.join(timeout=20)
@@ -305,9 +302,3 @@ def test_key_rotation_reloads_without_dropping_a_stream(tmp_path, site_ca):
             assert new_client.get("/v1/models").status == 200
     assert result["resp"].status == 200 and sum(1 for line in lines if line.startswith(b"data:")) == 5, \
         (result, lines)
-
-
-def _opts(spec, ca_dir):
-    with open(os.path.join(ca_dir, "gateway.pem")) as cert, open(os.path.join(ca_dir, "gateway.key")) as key:
-        return dict(port=spec["port"], bind_address="127.0.0.1", allowed_networks=["127.0.0.0/8"],
-                    upstreams=spec["upstreams"], tls_cert_pem=cert.read(), tls_key_pem=key.read())
