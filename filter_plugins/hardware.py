@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+"""What a node's hardware is, read from the tools' own output: which GPUs (by the exact product
+name nvidia-smi / rocm-smi print) and which NVLink fabric (from lspci and PCI VPD, readable on a
+first install before any NVIDIA module is loaded). Shared by `preflight` (refuse a node that is not
+what its profile says) and `nvidia_driver` (install the fabric pieces the hardware needs).
+
+Pure functions over recorded tool output; tests/unit/test_hardware_filters.py runs them against
+the recorded machines in tests/fixtures/hardware/ (what real HGX H200 / HGX B200 / GB200 / PCIe
+nodes print, each file citing its source).
+"""
+from __future__ import annotations
+
+import re
+
+from ansible.errors import AnsibleFilterError
+
+# Words a vendor or platform puts before the model ("NVIDIA B200", "HGX GB200", "AMD Instinct MI300X").
+_VENDOR_WORDS = {"NVIDIA", "HGX", "AMD", "INSTINCT"}
+# Words that may follow the model without making it another product: memory size and type
+# ("NVIDIA H100 80GB HBM3", "NVIDIA GH200 144G HBM3e"), the SXM/OAM module and its cooling
+# ("NVIDIA B300 SXM6 AC"). A form factor that changes the fabric ("NVL", "PCIe") or a different
+# chip ("GB200" for B200, "GH200" for H200) never matches; an unknown word does not either.
+_SAME_PRODUCT = re.compile(r"^(\d+GB?|HBM\d+E?|SXM\d*|OAM|AC|LC)$")
+
+# lspci -Dnn: "0000:05:00.0 Bridge [0680]: NVIDIA Corporation GH100 [H100 NVSwitch] [10de:22a3] (rev a1)"
+_LSPCI = re.compile(r"^(?P<address>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
+                    r"(?P<class_name>.*?)\s\[(?P<class>[0-9a-fA-F]{4})\]:\s+(?P<name>.*?)\s*"
+                    r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
+NVIDIA = "10de"
+MELLANOX = "15b3"
+# PCI classes: 0680 "Bridge: other" is how Hopper's NVSwitch enumerates; 0302 3D controller and
+# 0300 VGA are GPUs.
+_NVSWITCH_CLASS = "0680"
+_GPU_CLASSES = {"0302", "0300"}
+# The VPD keyword NVIDIA's driver container greps for on a Blackwell HGX (NVLink 5): the
+# ConnectX-7 functions that bridge to the NVSwitch trays carry it, ordinary CX-7 NICs do not.
+SW_MNG = "SW_MNG"
+
+
+def _tokens(name):
+    return [word for word in str(name).split() if word.upper() not in _VENDOR_WORDS]
+
+
+def gpu_matches(name, model):
+    """True when the product name a tool printed is exactly the profile's GPU model: B200 is
+    not GB200, H200 is not GH200 nor H200 NVL (another fabric), H100 80GB HBM3 is H100."""
+    words = _tokens(name)
+    if not words or not str(model).strip():
+        return False
+    return words[0].upper() == str(model).strip().upper() and all(
+        _SAME_PRODUCT.match(word.upper()) for word in words[1:])
+
+
+def gpu_count(names, model):
+    """How many of the names (one per GPU) are the profile's model."""
+    return sum(1 for name in names or [] if gpu_matches(name, model))
+
+
+def parse_lspci(lines):
+    """lspci -Dnn lines as dicts (address, class, vendor, device, name); other lines dropped."""
+    found = []
+    for line in lines or []:
+        match = _LSPCI.match(str(line).strip())
+        if match:
+            row = match.groupdict()
+            row["class"] = row["class"].lower()
+            row["vendor"] = row["vendor"].lower()
+            row["device"] = row["device"].lower()
+            if len(row["address"]) == 7:
+                row["address"] = "0000:" + row["address"]
+            found.append(row)
+    return found
+
+
+def mellanox_functions(lines):
+    """PCI addresses of every Mellanox/NVIDIA-networking function (15b3): the only ones whose VPD
+    is read (reading VPD of arbitrary devices can stall; a CX-7 answers at once)."""
+    return [row["address"] for row in parse_lspci(lines) if row["vendor"] == MELLANOX]
+
+
+def fabric(lines, sw_mng=None):
+    """The NVLink fabric the hardware has, from `lspci -Dnn` lines and the addresses of the
+    Mellanox functions whose VPD holds SW_MNG:
+
+    - nvlink5: ConnectX-7 bridge functions marked SW_MNG (HGX B200/B300; the switches are not PCI
+      devices there);
+    - nvswitch: NVIDIA bridges of class 0680 (HGX H100/H200 NVSwitch);
+    - none: neither (a PCIe box, or a GB200/GB300 tray whose NVLink is managed by IMEX).
+    """
+    rows = parse_lspci(lines)
+    marked = sorted(set(str(address) for address in sw_mng or []))
+    mellanox = [row["address"] for row in rows if row["vendor"] == MELLANOX]
+    unknown = [address for address in marked if address not in mellanox]
+    if unknown:
+        raise AnsibleFilterError("hardware.fabric: SW_MNG reported for %s, which lspci does not list as a "
+                                 "Mellanox function" % ", ".join(unknown))
+    switches = [row["address"] for row in rows if row["vendor"] == NVIDIA and row["class"] == _NVSWITCH_CLASS]
+    gpus = [row for row in rows if row["vendor"] == NVIDIA and row["class"] in _GPU_CLASSES]
+    kind = "nvlink5" if marked else ("nvswitch" if switches else "none")
+    return {
+        "kind": kind,
+        "nvswitch_bridges": len(switches),
+        "sw_mng_bridges": len(marked),
+        "mellanox_functions": len(mellanox),
+        "nvidia_gpus": len(gpus),
+        "evidence": "%d NVIDIA GPU function(s), %d NVSwitch bridge(s) (10de class 0680), %d of %d Mellanox "
+                    "function(s) with SW_MNG in their VPD" % (len(gpus), len(switches), len(marked), len(mellanox)),
+    }
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "hardware_gpu_matches": gpu_matches,
+            "hardware_gpu_count": gpu_count,
+            "hardware_parse_lspci": parse_lspci,
+            "hardware_mellanox_functions": mellanox_functions,
+            "hardware_fabric": fabric,
+        }

@@ -1,0 +1,115 @@
+"""filter_plugins/hardware.py over the recorded machines of tests/fixtures/hardware (what real
+HGX H200 / HGX B200 / GB200 / PCIe nodes print): the fabric each one has, and which GPU names
+each profile's model accepts. The expectations are here, the machines there."""
+import glob
+import os
+
+import pytest
+import yaml
+
+from helpers import ROOT, load_source
+
+hardware = load_source("mm3_hardware_filters", os.path.join(ROOT, "filter_plugins", "hardware.py"))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hardware")
+
+
+def machine(name):
+    with open(os.path.join(FIXTURES, name + ".yml")) as handle:
+        return yaml.safe_load(handle)
+
+
+def sw_mng(data):
+    return [address for address, fields in data["vpd"].items() if "SW_MNG" in " ".join(fields.values())]
+
+
+def names():
+    with open(os.path.join(FIXTURES, "gpu-names.yml")) as handle:
+        return [row["name"] for row in yaml.safe_load(handle)["names"]]
+
+
+@pytest.mark.parametrize("name, kind, switches, bridges, gpus", [
+    ("hgx-h200", "nvswitch", 4, 0, 8),
+    ("hgx-b200", "nvlink5", 0, 2, 8),
+    ("gb200-tray", "none", 0, 0, 4),
+    ("pcie-h200-nvl", "none", 0, 0, 8),
+])
+def test_fabric_of_each_recorded_machine(name, kind, switches, bridges, gpus):
+    data = machine(name)
+    found = hardware.fabric(data["lspci"].splitlines(), sw_mng(data))
+    assert (found["kind"], found["nvswitch_bridges"], found["sw_mng_bridges"], found["nvidia_gpus"]) == (
+        kind, switches, bridges, gpus)
+    assert str(gpus) in found["evidence"]
+
+
+def test_b200_without_the_vpd_marker_is_no_fabric():
+    """The ConnectX-7 bridges share 15b3:1021 with ordinary NICs: only the VPD tells them apart, so
+    the same lspci without the marker must not be taken for NVLink 5 (nor for NVSwitch)."""
+    data = machine("hgx-b200")
+    found = hardware.fabric(data["lspci"].splitlines(), [])
+    assert found["kind"] == "none"
+    assert found["mellanox_functions"] == 4
+
+
+def test_only_mellanox_functions_are_read_for_vpd():
+    data = machine("hgx-b200")
+    assert hardware.mellanox_functions(data["lspci"].splitlines()) == [
+        "0000:1a:00.0", "0000:a0:00.0", "0000:a0:00.1", "0000:bd:00.0"]
+    assert hardware.mellanox_functions(machine("hgx-h200")["lspci"].splitlines()) == []
+
+
+def test_a_marker_on_a_function_lspci_does_not_list_is_refused():
+    with pytest.raises(Exception, match="0000:ff:00.0"):
+        hardware.fabric(machine("hgx-b200")["lspci"].splitlines(), ["0000:ff:00.0"])
+
+
+def test_old_pci_ids_names_do_not_matter():
+    """A host with an older pci.ids prints `Device [10de:22a3]` (Debian 12's pciutils does): the
+    decision reads IDs and classes only."""
+    lines = [line.replace("GH100 [H100 NVSwitch]", "Device").replace("GH100 [H200 SXM 141GB]", "Device")
+             for line in machine("hgx-h200")["lspci"].splitlines()]
+    assert hardware.fabric(lines, [])["kind"] == "nvswitch"
+
+
+def test_lspci_without_domain_is_read_with_domain_0000():
+    rows = hardware.parse_lspci(["1b:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H200 SXM 141GB] "
+                                 "[10de:2335] (rev a1)"])
+    assert rows[0]["address"] == "0000:1b:00.0" and rows[0]["device"] == "2335"
+
+
+# Which recorded names each profile's model accepts (B200 is not GB200, H200 not GH200 nor H200 NVL).
+ACCEPTS = {
+    "B200": {"NVIDIA B200"},
+    "B300": {"NVIDIA B300 SXM6 AC"},
+    "GB200": {"NVIDIA GB200", "HGX GB200"},
+    "GB300": {"NVIDIA GB300"},
+    "H200": {"NVIDIA H200"},
+    "H100": {"NVIDIA H100 80GB HBM3"},
+    "GH200": {"NVIDIA GH200 144G HBM3e"},
+    "MI300X": {"AMD Instinct MI300X"},
+    "MI355X": set(),
+}
+
+
+@pytest.mark.parametrize("model", sorted(ACCEPTS))
+def test_each_model_accepts_exactly_its_recorded_names(model):
+    assert {name for name in names() if hardware.gpu_matches(name, model)} == ACCEPTS[model]
+
+
+def test_machine_names_match_their_own_profile_only():
+    assert hardware.gpu_count(machine("hgx-b200")["nvidia_smi_names"], "B200") == 8
+    assert hardware.gpu_count(machine("gb200-tray")["nvidia_smi_names"], "B200") == 0
+    assert hardware.gpu_count(machine("gb200-tray")["nvidia_smi_names"] + ["HGX GB200"], "GB200") == 5
+    assert hardware.gpu_count(machine("pcie-h200-nvl")["nvidia_smi_names"], "H200") == 0
+    assert hardware.gpu_count(machine("hgx-h200")["nvidia_smi_names"], "H200") == 8
+
+
+@pytest.mark.parametrize("name", ["", "NVIDIA", "NVIDIA B200X", "NVIDIA B200 PCIe", "NVIDIA B200 NVL"])
+def test_near_names_are_not_b200(name):
+    assert not hardware.gpu_matches(name, "B200")
+
+
+def test_every_fixture_cites_a_source():
+    for path in glob.glob(os.path.join(FIXTURES, "*.yml")):
+        with open(path) as handle:
+            text = handle.read()
+        assert "github.com" in text or "NVIDIA/" in text or "pci.ids" in text, path
