@@ -2,7 +2,8 @@
 """What a node's hardware is, read from the tools' own output: which GPUs (by the exact product
 name nvidia-smi / rocm-smi print) and which NVLink fabric (from lspci and PCI VPD, readable on a
 first install before any NVIDIA module is loaded). Shared by `preflight` (refuse a node that is not
-what its profile says) and `nvidia_driver` (install the fabric pieces the hardware needs).
+what its profile says) and `nvidia_driver` (install the fabric pieces the hardware needs,
+fabric_plan).
 
 Pure functions over recorded tool output; tests/unit/test_hardware_filters.py runs them against
 the recorded machines in tests/fixtures/hardware/ (what real HGX H200 / HGX B200 / GB200 / PCIe
@@ -108,6 +109,58 @@ def fabric(lines, sw_mng=None):
     }
 
 
+# What each profile fabric expects the hardware to show (filter_plugins/hardware.py fabric()):
+# a GB200/GB300 tray shows neither switches nor bridges, its NVLink domain is IMEX's.
+PROFILE_EXPECTS = {"nvswitch": "nvswitch", "nvlink5": "nvlink5", "imex": "none"}
+HOW_TO_SEE = {
+    "nvswitch": "NVIDIA bridges of class 0680 (lspci -Dnn -d 10de: | grep 0680)",
+    "nvlink5": "ConnectX-7 bridge functions with SW_MNG in their VPD (grep -l SW_MNG "
+               "/sys/bus/pci/devices/*/vpd); they must stay bound on the host, never to vfio",
+    "none": "no NVSwitch bridge and no SW_MNG bridge function",
+}
+
+
+def fabric_plan(detected, profile_fabric, mode, pieces, profile_components=None):
+    """The fabric this node is prepared for, its components and modules, and a blocker when the
+    hardware contradicts the profile.
+
+    detected: hardware.fabric() of the node; profile_fabric: serving_spec.gpu.fabric (nvswitch,
+    nvlink5, imex or None); mode: nvidia_driver_fabricmanager (auto: the hardware decides and must
+    agree with the profile; always: the profile's fabric whatever was detected; never: none);
+    pieces: {kind: {components, modules}}; profile_components: {profile fabric: [components]}
+    added whatever the hardware (IMEX on a GB tray)."""
+    if mode not in ("auto", "always", "never"):
+        raise AnsibleFilterError("nvidia_driver_fabricmanager must be auto, always or never, not %r" % (mode,))
+    found = detected.get("kind", "none")
+    expected = PROFILE_EXPECTS.get(profile_fabric) if profile_fabric else None
+    blocker = ""
+    if mode == "never":
+        kind = "none"
+    elif mode == "always":
+        kind = expected if expected in ("nvswitch", "nvlink5") else found
+    else:
+        kind = found
+        if expected is not None and expected != found:
+            blocker = (
+                "the profile's fabric is %s, which shows as %s, but this node shows %s (%s). Fix: choose the "
+                "serving_profile that matches this node; if the hardware is right, check that %s; "
+                "nvidia_driver_fabricmanager: always installs the profile's pieces without looking."
+                % (profile_fabric, HOW_TO_SEE[expected], HOW_TO_SEE.get(found, found),
+                   detected.get("evidence", "nothing detected"), HOW_TO_SEE[expected]))
+    chosen = pieces.get(kind, {"components": [], "modules": []})
+    extra = (profile_components or {}).get(profile_fabric, []) if mode != "never" else []
+    components = list(chosen.get("components", []))
+    components += [name for name in extra if name not in components]
+    return {"kind": kind, "components": components, "modules": list(chosen.get("modules", [])),
+            "blocker": blocker}
+
+
+
+def expected_fabric(profile_fabric):
+    """What a profile's fabric shows as on the hardware (None: the profile does not say)."""
+    return PROFILE_EXPECTS.get(profile_fabric) if profile_fabric else None
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -116,4 +169,6 @@ class FilterModule(object):
             "hardware_parse_lspci": parse_lspci,
             "hardware_mellanox_functions": mellanox_functions,
             "hardware_fabric": fabric,
+            "hardware_fabric_plan": fabric_plan,
+            "hardware_expected_fabric": expected_fabric,
         }

@@ -477,7 +477,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         return spec
 
     entry = merge(matrix[profile], profile_overrides)
-    gpu = dict({"vendor": None, "model": None, "count": 0, "name_match": None,
+    gpu = dict({"vendor": None, "model": None, "count": 0,
                 "driver_floor": None, "rocm_floor": None, "fabric": None}, **entry.get("gpu", {}))
     tp = _int_or_none(entry.get("tp"))
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:

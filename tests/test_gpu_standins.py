@@ -104,21 +104,48 @@ def test_ctk_creates_a_missing_file(tmp_path):
 
 
 @pytest.mark.skipif(not (shutil.which("dpkg-deb") and shutil.which("gpg")), reason="needs dpkg-deb and gpg")
-def test_mirror_carries_what_the_roles_pin(tmp_path):
+def test_mirror_carries_the_recorded_index(tmp_path):
+    """The stand-in CUDA repository's fabric packages are the recorded index's amd64 stanzas for the
+    versions the lab uses (names, versions and Provides as NVIDIA publishes them), nothing else."""
     subprocess.run(["python3", os.path.join(STANDIN, "build_mirror.py"), STANDIN, str(tmp_path)], check=True)
     packages = (tmp_path / "cuda/debian12/x86_64/Packages").read_text()
     have = {(s.split("\n")[0][9:], s.split("Version: ")[1].split("\n")[0]) for s in packages.split("\n\n") if s}
-    with open(os.path.join(ROOT, "roles/nvidia_driver/vars/Debian-12.yml")) as fh:
-        dvars = yaml.safe_load(fh)
-    with open(os.path.join(ROOT, "roles/nvidia_driver/defaults/main.yml")) as fh:
-        defaults = yaml.safe_load(fh)
-    version = defaults["nvidia_driver_version"] + dvars["__nvidia_driver_revision"]
-    names = list(dvars["__nvidia_driver_packages"]) + [
-        c["package"].replace("{{ nvidia_driver_branch }}", defaults["nvidia_driver_branch"])
-        for c in dvars["__nvidia_driver_components"].values() if c["same_version"]]
-    for name in names:
-        assert (name, version) in have, name
+    with open(os.path.join(STANDIN, "fixtures", "nvidia-cuda-repo.Packages")) as fh:
+        recorded = {(b.split("Package: ")[1].split("\n")[0], b.split("Version: ")[1].split("\n")[0])
+                    for b in fh.read().split("\n\n") if "Package: " in b and "Architecture: amd64" in b}
+    wanted = {(name, version) for name, version in recorded
+              if version.rsplit("-", 1)[0] in ("580.95.05", "570.133.20", "580.82.07") or name == "nvlsm"}
+    driver = {(name, version + "-1") for name in ("nvidia-kernel-open-dkms", "nvidia-driver", "nvidia-persistenced")
+              for version in ("580.95.05", "570.133.20")}
+    assert have == wanted | driver
+    assert ("nvidia-fabricmanager", "580.95.05-1") in have and ("nvidia-fabricmanager-580", "580.95.05-1") not in have
+    assert "Provides: nvidia-fabricmanager-580" in packages
     for path in ("cuda/debian12/x86_64/InRelease", "libnvidia-container/stable/gpgkey",
                  "rocm/apt/7.0.2/dists/jammy/InRelease", "amdgpu/30.10.2/ubuntu/dists/jammy/InRelease"):
         assert (tmp_path / path).exists(), path
     assert "-----BEGIN PGP SIGNED MESSAGE-----" in (tmp_path / "cuda/debian12/x86_64/InRelease").read_text()
+
+
+def test_hardware_standin_is_the_recorded_machine(tmp_path):
+    """build_hardware.py writes the recorded HGX B200: one config-space record per recorded lspci line
+    (IDs and class as recorded) and a well-formed VPD (RV checksum zero) per ConnectX function, with
+    SW_MNG on the two bridge functions only."""
+    with open(os.path.join(ROOT, "tests", "fixtures", "hardware", "hgx-b200.yml")) as fh:
+        machine = yaml.safe_load(fh)
+    (tmp_path / "m.json").write_text(json.dumps(machine))
+    subprocess.run(["python3", os.path.join(STANDIN, "build_hardware.py"), str(tmp_path / "m.json"),
+                    str(tmp_path / "pci")], check=True)
+    dump = (tmp_path / "pci" / "lspci.dump").read_text().splitlines()
+    records = [line.split()[0] for line in dump if not line.startswith(("00:", "10:", "20:", "30:"))]
+    assert records == [line.split()[0] for line in machine["lspci"].splitlines()]
+    first = dump[1].split()[1:]
+    assert first[:4] == ["b3", "15", "21", "10"] and first[10:12] == ["07", "02"]  # 15b3:1021, class 0207
+    marked = []
+    for address in machine["vpd"]:
+        data = (tmp_path / "pci" / "devices" / address / "vpd").read_bytes()
+        assert data[0] == 0x82 and data[-1] == 0x78
+        rv = data.index(b"RV")
+        assert sum(data[:rv + 4]) % 256 == 0, address
+        if b"SMDL=SW_MNG" in data:
+            marked.append(address)
+    assert marked == ["0000:a0:00.0", "0000:a0:00.1"]

@@ -35,7 +35,7 @@ def test_every_distribution_has_its_vars(role, distro):
 
 def test_prepare_chooses_gpu_roles_by_vendor_data():
     plays = load("playbooks", "prepare.yml")
-    play = plays[0]
+    play = plays[1]  # plays[0] only gathers every node's facts
     assert play["hosts"] == "nodes"
     assert play["roles"][0] == {"role": "serving"}
     assert set(play["vars"]["prepare_gpu_roles"]) == {"nvidia", "amd", "cpu"}
@@ -44,3 +44,16 @@ def test_prepare_chooses_gpu_roles_by_vendor_data():
     gpu = [t for t in play["tasks"] if "loop" in t][0]
     assert "gpu" in gpu["tags"] and gpu["ansible.builtin.include_role"]["apply"]["tags"] == ["gpu"]
     assert "when" not in gpu
+
+
+def test_prepare_rolls_in_batches_and_the_molecule_drill_batches_the_same():
+    """prepare.yml prepares the nodes in serial batches and stops at the first failure, so a driver
+    reboot or a Docker restart never takes more than one batch down; molecule/nvidia_host's rolling
+    drill (rolling.yml) uses the same keywords, so what it proves holds for prepare.yml."""
+    plays = load("playbooks", "prepare.yml")
+    facts, prepare = plays[0], plays[1]
+    assert facts["gather_facts"] is True and "serial" not in facts
+    assert prepare["serial"] == "{{ prepare_serial | default(1) }}"
+    assert prepare["max_fail_percentage"] == 0
+    drill = load("molecule", "nvidia_host", "rolling.yml")[0]
+    assert (drill["serial"], drill["max_fail_percentage"]) == (prepare["serial"], prepare["max_fail_percentage"])

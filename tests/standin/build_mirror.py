@@ -2,9 +2,12 @@
 """Build the stand-in "internal mirror": signed apt repositories of stand-in packages.
 
 STAND-IN (tests only). Nothing from NVIDIA or AMD can be fetched on the build machines, so
-this builds, with dpkg-deb, packages carrying the real package names and versions that the
-roles pin (CUDA repository for Debian 12, NVIDIA Container Toolkit repository, AMD's amdgpu
-and ROCm repositories), whose binaries replay recorded tool output (see bin/ and fixtures/).
+this builds, with dpkg-deb, packages carrying the real package names and versions (CUDA
+repository for Debian 12, NVIDIA Container Toolkit repository, AMD's amdgpu and ROCm
+repositories), whose binaries replay recorded tool output (see bin/ and fixtures/). The CUDA
+repository's fabric packages (names, versions, Provides) come from the RECORDED index
+fixtures/nvidia-cuda-repo.Packages, never from the roles' variables, so a name the roles get
+wrong does not install here either.
 Each repository is laid out like its upstream (flat for CUDA and the toolkit, dists/ for
 AMD), indexed (Packages, Release) and signed with a throw-away key (InRelease, Release.gpg),
 so the roles' key download, `signed-by` and pinning paths run exactly as against a real
@@ -27,10 +30,13 @@ TOOLKIT = "1.18.0"
 ROCM = "7.0.2.70002"
 
 
-def driver_packages(ver, branch):
+def driver_packages(ver):
+    """The driver itself (names the roles' Debian 12 vars use; NOT from a recorded index: no public
+    capture of NVIDIA's debian12 Packages file was found, see fixtures/README.md)."""
     rev = ver + "-1"
     mod = [("standin-modinfo", "usr/bin/standin-modinfo", {"@VERSION@": ver}),
-           ("standin-reboot", "usr/sbin/standin-reboot", {})]
+           ("standin-reboot", "usr/sbin/standin-reboot", {}),
+           ("dkms", "usr/sbin/dkms", {"@VERSION@": ver})]
     return [
         dict(name="nvidia-kernel-open-dkms", version=rev, files=mod,
              description="NVIDIA open GPU kernel modules (DKMS) - STAND-IN"),
@@ -42,17 +48,42 @@ def driver_packages(ver, branch):
              depends="nvidia-kernel-open-dkms (= %s), nvidia-persistenced (= %s)" % (rev, rev),
              files=[("nvidia-smi", "usr/bin/nvidia-smi", {})], fixtures=True,
              description="NVIDIA driver metapackage (open kernel modules) - STAND-IN"),
-        dict(name="nvidia-fabricmanager-" + branch, version=rev,
-             files=[("nv-fabricmanager", "usr/bin/nv-fabricmanager", {"@VERSION@": ver})],
-             units={"nvidia-fabricmanager.service": FM_UNIT},
-             description="NVIDIA Fabric Manager - STAND-IN"),
-        dict(name="libnvidia-nscq-" + branch, version=rev, files=[],
-             description="NVSwitch Configuration and Query library - STAND-IN"),
-        dict(name="nvidia-imex-" + branch, version=rev,
-             files=[("standin-daemon", "usr/bin/nvidia-imex", {})],
-             units={"nvidia-imex.service": IMEX_UNIT},
-             description="NVIDIA IMEX daemon - STAND-IN"),
     ]
+
+
+def recorded_index(path):
+    """The stanzas of fixtures/nvidia-cuda-repo.Packages (recorded from NVIDIA's repository)."""
+    stanzas = []
+    with open(path) as fh:
+        for block in fh.read().split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.splitlines() if line and not line.startswith("#"))
+            if fields:
+                stanzas.append(fields)
+    return stanzas
+
+
+def fabric_packages(src, versions, arch="amd64"):
+    """One stand-in package per recorded stanza of the fabric packages at the given driver versions
+    (plus the unversioned nvlsm), under the recorded name, version and Provides; the content is the
+    stand-in for what the package is (its base name without the branch)."""
+    out = []
+    for fields in recorded_index(os.path.join(src, "fixtures", "nvidia-cuda-repo.Packages")):
+        name, version = fields["Package"], fields["Version"]
+        upstream = version.rsplit("-", 1)[0]
+        if fields["Architecture"] != arch or (name != "nvlsm" and upstream not in versions):
+            continue
+        base = name[:-4] if name[-4:-3] == "-" and name[-3:].isdigit() else name
+        pkg = dict(name=name, version=version, provides=fields.get("Provides"), files=[],
+                   description="%s (recorded name and version) - STAND-IN" % base)
+        if base == "nvidia-fabricmanager":
+            pkg.update(files=[("nv-fabricmanager", "usr/bin/nv-fabricmanager", {"@VERSION@": upstream})],
+                       units={"nvidia-fabricmanager.service": FM_UNIT})
+        elif base == "nvidia-imex":
+            pkg.update(files=[("standin-daemon", "usr/bin/nvidia-imex", {})], units={"nvidia-imex.service": IMEX_UNIT})
+        elif base == "nvlsm":
+            pkg.update(files=[("standin-daemon", "opt/nvidia/nvlsm/sbin/nvlsm", {})])
+        out.append(pkg)
+    return out
 
 
 PERSISTENCED_UNIT = """[Unit]
@@ -94,16 +125,17 @@ REPOS = {
     # flat, like https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
     "cuda/debian12/x86_64": dict(
         flat=True, key="3bf863cc.pub",
-        packages=driver_packages(DRIVER_NEW, "580") + driver_packages(DRIVER_OLD, "570") + [
-            dict(name="nvidia-fabricmanager-580", version=FM_OTHER + "-1",
-                 files=[("nv-fabricmanager", "usr/bin/nv-fabricmanager", {"@VERSION@": FM_OTHER})],
-                 units={"nvidia-fabricmanager.service": FM_UNIT},
-                 description="NVIDIA Fabric Manager - STAND-IN"),
-            dict(name="nvlsm", version="2025.06.5-1", files=[("standin-daemon", "opt/nvidia/nvlsm/sbin/nvlsm", {})],
-                 description="NVIDIA NVLink Subnet Manager - STAND-IN"),
-            dict(name="libnvsdm-580", version=DRIVER_NEW + "-1", files=[],
-                 description="NVIDIA Switch Device Manager library - STAND-IN"),
-        ]),
+        packages=driver_packages(DRIVER_NEW) + driver_packages(DRIVER_OLD),
+        # + fabric_packages(src, (DRIVER_NEW, DRIVER_OLD, FM_OTHER)) in main(): from the recorded index.
+        recorded=(DRIVER_NEW, DRIVER_OLD, FM_OTHER)),
+    # The distribution archive's headers for the kernel these containers run on (whatever the
+    # build machine boots: its own kernel has no Debian headers package). Flat, signed like the rest.
+    "kernel": dict(
+        flat=True, key="standin.asc",
+        packages=[dict(name="linux-headers-" + os.uname().release, version="1.0-standin",
+                       files=[("standin-headers-makefile", "usr/src/linux-headers-%s/Makefile" % os.uname().release,
+                               {})],
+                       description="Headers for the running kernel - STAND-IN")]),
     # flat, like https://nvidia.github.io/libnvidia-container/stable/deb/amd64/
     "libnvidia-container/stable/deb/amd64": dict(
         flat=True, key="../../gpgkey",
@@ -174,6 +206,8 @@ def build_deb(src, pkg, pool):
                    "Maintainer: mm3 test stand-ins <standin@localhost>", "Section: misc", "Priority: optional"]
         if pkg.get("depends"):
             control.append("Depends: " + pkg["depends"])
+        if pkg.get("provides"):
+            control.append("Provides: " + pkg["provides"])
         control.append("Description: " + pkg["description"])
         with open(os.path.join(root, "DEBIAN/control"), "w") as fh:
             fh.write("\n".join(control) + "\n")
@@ -217,7 +251,8 @@ def main(src, out):
         base = os.path.join(out, path)
         pool = base if repo["flat"] else os.path.join(base, "pool/main")
         os.makedirs(pool, exist_ok=True)
-        debs = [build_deb(src, pkg, pool) for pkg in repo["packages"]]
+        packages = repo["packages"] + (fabric_packages(src, repo["recorded"]) if repo.get("recorded") else [])
+        debs = [build_deb(src, pkg, pool) for pkg in packages]
         if repo["flat"]:
             index_dir, rel_dir, suite = base, "", "./"
         else:

@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+"""Filters of the `nvidia_driver` role: the exact package names and versions for the driver
+branch and the node's architecture, as NVIDIA's CUDA repository names them (which fabric pieces a
+node gets is hardware_fabric_plan, filter_plugins/hardware.py).
+
+Pure functions; tests/unit/test_nvidia_driver_filters.py resolves the install list against the
+recorded index of NVIDIA's repository (tests/standin/fixtures/nvidia-cuda-repo.Packages) for
+branches 570 and 580, amd64 and arm64.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+from ansible.errors import AnsibleFilterError
+
+def package_name(component, branch):
+    """The package's name for a driver branch: NVIDIA's repository carries the branch in the name
+    up to 575 (nvidia-fabricmanager-570) and not from 580 on (nvidia-fabricmanager, which only
+    Provides nvidia-fabricmanager-580: a virtual name cannot be pinned with =version)."""
+    name = str(component["package"])
+    below = component.get("branch_named_below")
+    if below is not None and int(branch) < int(below):
+        return "%s-%s" % (name, branch)
+    return name
+
+
+def install_list(table, chosen, branch, version, arch):
+    """Every chosen component as {component, package, version (None: not pinned), service}, or a
+    blocker for one that NVIDIA does not build for this architecture (libnvsdm has no arm64)."""
+    rows, blockers = [], []
+    for key in chosen:
+        if key not in table:
+            raise AnsibleFilterError("nvidia_driver: no package data for component %r" % (key,))
+        component = table[key]
+        arches = component.get("arches")
+        if arches and arch not in arches:
+            if component.get("optional_on_other_arches"):
+                continue
+            blockers.append("%s is not built for %s (only %s)" % (package_name(component, branch), arch,
+                                                                    ", ".join(arches)))
+            continue
+        pinned = bool(component.get("same_version"))
+        rows.append({
+            "component": key,
+            "package": package_name(component, branch),
+            "version": ("%s%s" % (version, component.get("revision", "-1"))) if pinned else None,
+            "service": component.get("service") or "",
+        })
+    return {"packages": rows, "blockers": blockers}
+
+
+def apt_names(rows):
+    """apt's name=version (or the bare name for an unpinned package)."""
+    return ["%s=%s" % (row["package"], row["version"]) if row.get("version") else row["package"] for row in rows]
+
+
+def imex_nodes(addresses, hosts=None):
+    """IMEX's nodes_config.cfg lines: one IP address per node of the NVLink domain ("Before starting
+    the service, an administrator ... must populate the IP address information of all involved
+    nodes in nodes_config.cfg", NVIDIA IMEX guide, deployment). Refuses what IMEX cannot use: a
+    name, a missing address, a duplicate, an empty list."""
+    hosts = list(hosts or [])
+    lines, problems, seen = [], [], set()
+    for index, address in enumerate(addresses or []):
+        who = hosts[index] if index < len(hosts) else "entry %d" % (index + 1)
+        try:
+            ip = ipaddress.ip_address(str(address).strip())
+        except ValueError:
+            problems.append("%s: %r is not an IP address" % (who, address))
+            continue
+        if str(ip) in seen:
+            problems.append("%s: %s is listed twice" % (who, ip))
+        seen.add(str(ip))
+        lines.append(str(ip))
+    if not lines and not problems:
+        problems.append("no node address at all")
+    if problems:
+        raise AnsibleFilterError(
+            "nvidia_driver refuses the IMEX node list (%s). Set nvidia_driver_imex_nodes to the IP address of "
+            "every node of this NVLink domain (one compute tray each), or give each node a default IPv4 "
+            "address (ansible_facts.default_ipv4)." % "; ".join(problems))
+    return lines
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "nvidia_driver_package_name": package_name,
+            "nvidia_driver_install_list": install_list,
+            "nvidia_driver_apt_names": apt_names,
+            "nvidia_driver_imex_nodes": imex_nodes,
+        }
