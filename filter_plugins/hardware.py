@@ -73,10 +73,14 @@ def parse_lspci(lines):
     return found
 
 
+def _mellanox(rows):
+    return [row["address"] for row in rows if row["vendor"] == MELLANOX]
+
+
 def mellanox_functions(lines):
     """PCI addresses of every Mellanox/NVIDIA-networking function (15b3): the only ones whose VPD
     is read (reading VPD of arbitrary devices can stall; a CX-7 answers at once)."""
-    return [row["address"] for row in parse_lspci(lines) if row["vendor"] == MELLANOX]
+    return _mellanox(parse_lspci(lines))
 
 
 def fabric(lines, sw_mng=None):
@@ -90,7 +94,7 @@ def fabric(lines, sw_mng=None):
     """
     rows = parse_lspci(lines)
     marked = sorted(set(str(address) for address in sw_mng or []))
-    mellanox = [row["address"] for row in rows if row["vendor"] == MELLANOX]
+    mellanox = _mellanox(rows)
     unknown = [address for address in marked if address not in mellanox]
     if unknown:
         raise AnsibleFilterError("hardware.fabric: SW_MNG reported for %s, which lspci does not list as a "
@@ -132,7 +136,7 @@ def fabric_plan(detected, profile_fabric, mode, pieces, profile_components=None)
     if mode not in ("auto", "always", "never"):
         raise AnsibleFilterError("nvidia_driver_fabricmanager must be auto, always or never, not %r" % (mode,))
     found = detected.get("kind", "none")
-    expected = PROFILE_EXPECTS.get(profile_fabric) if profile_fabric else None
+    expected = expected_fabric(profile_fabric)
     blocker = ""
     if mode == "never":
         kind = "none"
@@ -153,7 +157,6 @@ def fabric_plan(detected, profile_fabric, mode, pieces, profile_components=None)
     components += [name for name in extra if name not in components]
     return {"kind": kind, "components": components, "modules": list(chosen.get("modules", [])),
             "blocker": blocker}
-
 
 
 def expected_fabric(profile_fabric):

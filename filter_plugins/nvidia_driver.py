@@ -13,6 +13,7 @@ import ipaddress
 
 from ansible.errors import AnsibleFilterError
 
+
 def package_name(component, branch):
     """The package's name for a driver branch: NVIDIA's repository carries the branch in the name
     up to 575 (nvidia-fabricmanager-570) and not from 580 on (nvidia-fabricmanager, which only
