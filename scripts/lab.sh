@@ -3,6 +3,7 @@
 #   up    build the engine image, bring up the lab hosts and their stand-in services
 #         (lab/up.yml), then run the normal playbooks/site.yml against inventories/lab with
 #         the GPU-only steps skipped by tag, and print the verification summary.
+#   drill the diagnosis drill on a running lab (lab/drill.yml)
 #   down  remove every container, network and volume the lab created (label org.mm3.lab),
 #         and nothing else (images stay as a cache).
 # LAB_NODES=2 adds node2. LAB_EXPECT_NO_CHANGES=1 fails unless site.yml reports changed=0
@@ -16,6 +17,17 @@ stage=scripts/stage.sh
 inv=(-i inventories/lab/hosts.yml)
 [ "${LAB_NODES:-1}" -ge 2 ] && inv+=(-i inventories/lab/node2.yml)
 mkdir -p reports/lab
+
+# why LOG: the failed tasks' messages (a few lines each) and what each lab host's journald
+# keeps, printed last, so the tail of a CI log shows the cause and not the timing summary.
+why() {
+  echo "== why it failed (from $1):"
+  awk '/^(fatal|failed): \[/ {n=12} n > 0 {print; n--}' "$1" | cut -c1-400 | tail -n 40
+  for host in $(docker ps --filter label=org.mm3.lab=true --format '{{.Names}}' | sort); do
+    echo "== journald on $host: $(docker exec "$host" journalctl -b -u systemd-journald -o cat --no-pager 2>&1 \
+      | grep -m1 -E 'Journal .* max' || echo '(no size line)')"
+  done
+}
 
 case "${1:-up}" in
   up)
@@ -36,17 +48,17 @@ case "${1:-up}" in
         'user={{.Config.User}} read-only-root={{.HostConfig.ReadonlyRootfs}} tmpfs={{json .HostConfig.Tmpfs}} cap-drop={{json .HostConfig.CapDrop}} security-opt={{json .HostConfig.SecurityOpt}} pids-limit={{.HostConfig.PidsLimit}} logs={{json .HostConfig.LogConfig}}' \
         minimax-m3 2>&1)"
     done
-    [ $rc -eq 0 ] || { echo "lab: site.yml failed (rc=$rc), see $log" >&2; exit $rc; }
+    [ $rc -eq 0 ] || { why "$log"; echo "lab: site.yml failed (rc=$rc), see $log" >&2; exit $rc; }
     recap=$(sed -n '/^PLAY RECAP/,/^$/p' "$log" | grep -E 'changed=' || true)
     echo "== site.yml recap"; echo "$recap"
     # Reports written on the controller (localhost) change every run; the lab hosts must not.
-    if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ] && echo "$recap" | grep -v "^localhost" | grep -qvE "changed=0 "; then
+    if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ] && echo "$recap" | grep -v "^localhost" | grep -vE "changed=0 " >/dev/null; then
       echo "lab: expected changed=0 on every host for this run" >&2
       exit 1
     fi
     plan_log=reports/lab/plan-$(date -u +%Y%m%dT%H%M%SZ).log
     $stage lab-plan ansible-playbook "${inv[@]}" playbooks/plan.yml -e plan_hosts=nodes \
-      -e plan_dir="$here/reports/lab/plan" > "$plan_log" 2>&1 || { tail -40 "$plan_log"; echo "lab: plan.yml failed, see $plan_log" >&2; exit 1; }
+      -e plan_dir="$here/reports/lab/plan" > "$plan_log" 2>&1 || { tail -40 "$plan_log"; why "$plan_log"; echo "lab: plan.yml failed, see $plan_log" >&2; exit 1; }
     nodes=$(ansible "${inv[@]}" nodes --list-hosts | tail -n +2 | awk '{print $1}')
     for node in $nodes; do
       line=$(grep -oE "${node}: (no change|would change[^(]*)" "$plan_log" | head -n1)
@@ -57,8 +69,21 @@ case "${1:-up}" in
     # (lab/checks.yml; it plants a canary so the search can fail).
     checks_log=reports/lab/checks-$(date -u +%Y%m%dT%H%M%SZ).log
     $stage lab-checks ansible-playbook "${inv[@]}" lab/checks.yml > "$checks_log" 2>&1 \
-      || { tail -60 "$checks_log"; echo "lab: lab/checks.yml failed, see $checks_log" >&2; exit 1; }
+      || { why "$checks_log"; echo "lab: lab/checks.yml failed, see $checks_log" >&2; exit 1; }
     cat reports/lab/checks.txt
+    ;;
+  drill)
+    # The diagnosis drill on a running lab (lab/drill.yml): diagnose the healthy first node,
+    # then a removed weights marker and an unknown engine flag, each named with its fix; the
+    # support bundles hold no secret. It restores the node and restarts the engine at the end.
+    drill_log=reports/lab/drill-$(date -u +%Y%m%dT%H%M%SZ).log
+    $stage lab-drill-run ansible-playbook "${inv[@]}" lab/drill.yml > "$drill_log" 2>&1 \
+      || { why "$drill_log"; echo "lab: lab/drill.yml failed, see $drill_log" >&2; exit 1; }
+    for case in healthy marker-removed wrong-flag; do
+      for txt in reports/lab/diagnose/$case/*/diagnosis.txt; do
+        echo "== diagnose drill, $case: $txt"; sed 's/^/   /' "$txt"
+      done
+    done
     ;;
   down)
     ids=$(docker ps -aq --filter label=org.mm3.lab=true)
@@ -70,5 +95,5 @@ case "${1:-up}" in
     rm -f inventories/lab/group_vars/all/lab_image.yml inventories/lab/group_vars/all/lab_network.yml
     echo "lab: removed $(echo $ids | wc -w) containers, $(echo $nets | wc -w) networks (and their anonymous volumes)"
     ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|drill|down" >&2; exit 2 ;;
 esac
