@@ -15,11 +15,12 @@ SCENARIOS ?= docker_engine model_server nvidia_host weights
 LANE_CHECKS_SCENARIOS ?= nvidia_host docker_engine
 LANE_ENGINE_SCENARIOS ?= weights model_server
 
-.PHONY: help test test-serial lab lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
+.PHONY: help test test-serial lab lab-drill lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
 
 help:
 	@echo "make lab       run the whole path on the embedded lab (containers on this machine)"
 	@echo "make test      lint, unit/golden tests and every Molecule scenario"
+	@echo "make lab-drill on a running lab: diagnose a healthy node, then two induced failures"
 	@echo "make lab-down  remove every container, network and volume the lab created"
 
 setup: bootstrap images
@@ -71,6 +72,9 @@ bench: bootstrap
 
 lab: bootstrap images
 	@$(STAGE) lab scripts/lab.sh up
+
+lab-drill: bootstrap
+	@$(STAGE) lab-drill scripts/lab.sh drill
 
 lab-down: bootstrap
 	@$(STAGE) lab-down scripts/lab.sh down
