@@ -186,8 +186,8 @@ def diagnose_episode(text, unit):
 
 
 def diagnose_evidence(raw):
-    """Turn what the role read on a node into evidence: {engine, kernel, gateway, state, verify}
-    (text each) plus `state_lines`. `raw` holds the command outputs and stats the tasks
+    """Turn what the role read on a node into evidence: {engine, kernel, gateway, state, verify},
+    text each. `raw` holds the command outputs and stats the tasks
     registered (roles/diagnose/vars/main.yml builds it)."""
     r = raw or {}
     logs = r.get("logs") or {}
@@ -222,8 +222,7 @@ def diagnose_evidence(raw):
         verify_lines.append("verify %s: %s %s" % (result.get("name"), result.get("status"),
                                                   str(result.get("detail", "")).replace("\n", " ")[:MAX_LINE]))
     return {
-        "engine": "\n".join(t for t in (diagnose_episode(logs.get("engine"), r.get("unit_name")),
-                                          str(logs.get("container") or "")) if t),
+        "engine": diagnose_episode(logs.get("engine"), r.get("unit_name")),
         "kernel": str(logs.get("kernel") or ""),
         "gateway": str(logs.get("gateway") or ""),
         "state": "\n".join(state),
@@ -274,8 +273,7 @@ def diagnose_text(report):
             lines.append("   seen in %s: %s" % (hit["source"], hit["line"]))
     for line in r.get("state") or []:
         lines.append("   state: %s" % line)
-    lines.append("   engine lines read: the unit's journal from its last start by hand or by a playbook, "
-                 "and the running container's log")
+    lines.append("   engine lines read: the unit's journal from its last start by hand or by a playbook")
     return "\n".join(lines)
 
 

@@ -164,7 +164,7 @@ def test_evidence_from_what_the_tasks_read():
            "unit_show": "LoadState=loaded\nActiveState=activating\nSubState=auto-restart\nResult=exit-code\n"
                         "NRestarts=3\nExecMainStatus=2\n",
            "units_show": SYSTEMCTL_SHOW, "gateway": True,
-           "logs": {"engine": "vllm: error: unrecognized arguments: --bogus", "container": "", "kernel": "", "gateway": ""},
+           "logs": {"engine": "vllm: error: unrecognized arguments: --bogus", "kernel": "", "gateway": ""},
            "marker": {"path": "/m", "exists": "True"}, "manifest": {"path": "/f", "exists": True},
            "weights_root": "/data/models", "weights_size_gb": "444",
            "df": {"rc": "0", "stdout": "   Avail\n900000000000\n"},
