@@ -650,6 +650,8 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         command += [eng_facts["served_model_name_arg"], str(repo)]
         served_model_name = str(repo)
     command += flatten_args(args)
+    # What makes the engine serve /metrics (monitoring), after the profile's own flags.
+    command += [str(a) for a in eng_facts.get("metrics_args") or [] if a not in command]
     command += ["--host", "0.0.0.0", "--port", str(cport)]
     msa = eng.get("msa_warmup", False)
     if not isinstance(msa, bool):

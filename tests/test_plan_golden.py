@@ -154,6 +154,14 @@ def without_jit_cache(cmd, cache):
     return cmd[:at] + cmd[at + len(cache):]
 
 
+def without_metrics(cmd):
+    """The command without SGLang's --enable-metrics (the monitoring role scrapes /metrics),
+    which comes once, after the profile's flags and before --host."""
+    at = cmd.index("--host") - 1
+    assert cmd[at] == "--enable-metrics" and cmd.count("--enable-metrics") == 1, cmd
+    return cmd[:at] + cmd[at + 1:]
+
+
 def test_b200_golden_is_the_seed_offline_command_plus_named_additions(plan_all):
     # The seed mounts its one copy; a node mounts the pinned revision's own directory
     # (<root>/<org>/<name>/<revision>) at the same place in the container.
@@ -161,7 +169,7 @@ def test_b200_golden_is_the_seed_offline_command_plus_named_additions(plan_all):
             if t == "/data/models/MiniMax-M3-MXFP8:/models/MiniMax-M3-MXFP8:ro" else t
             for t in tokens(SEED_OFFLINE)]
     for cmd in (tokens((GOLDEN / "b200.cmd").read_text()), tokens((plan_all[0] / "b200" / CMD).read_text())):
-        assert without_jit_cache(without_hardening(cmd, GPU_HARDENING), B200_JIT_CACHE) == seed
+        assert without_metrics(without_jit_cache(without_hardening(cmd, GPU_HARDENING), B200_JIT_CACHE)) == seed
 
 
 @pytest.mark.parametrize("profile", NINE)

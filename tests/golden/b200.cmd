@@ -28,5 +28,6 @@ docker run --rm --name minimax-m3 \
   --moe-runner-backend deep_gemm \
   --chunked-prefill-size 8192 \
   --mem-fraction-static 0.65 \
+  --enable-metrics \
   --host 0.0.0.0 \
   --port 30000

@@ -16,5 +16,6 @@ docker run --rm --name minimax-m3 \
   --tool-call-parser auto \
   --tp 8 \
   --mem-fraction-static 0.75 \
+  --enable-metrics \
   --host 0.0.0.0 \
   --port 30000

@@ -26,5 +26,6 @@ docker run --rm --name minimax-m3 \
   --moe-runner-backend triton \
   --watchdog-timeout 3600 \
   --skip-server-warmup \
+  --enable-metrics \
   --host 0.0.0.0 \
   --port 30000

@@ -22,5 +22,6 @@ docker run --rm --name minimax-m3 \
   --dtype bfloat16 \
   --chunked-prefill-size 8192 \
   --mem-fraction-static 0.80 \
+  --enable-metrics \
   --host 0.0.0.0 \
   --port 30000
