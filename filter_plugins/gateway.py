@@ -48,6 +48,9 @@ CLIENT_PATHS = [
 ]
 HEALTH_PATH = "/health"
 METRICS_PATH = "/metrics"
+# HAProxy's own exporter (the distribution's build has USE_PROMEX): requests, answers per
+# class, backend servers up; served, like METRICS_PATH, only to gateway_metrics_networks.
+GATEWAY_METRICS_PATH = "/gateway/metrics"
 # Paths the engines serve that a client must never reach through the gateway (vLLM's
 # /invocations has no key check at all; SGLang's admin endpoints change the server). The
 # verification probes each of them; the gateway answers them 404 like any unknown path.
@@ -295,6 +298,7 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
         "allowed_networks": allowed, "metrics_networks": metrics, "media_allowlist": media,
         "upstreams": ups, "upstream_timeout_s": timeout, "tls": tls, "engine": engine,
         "client_paths": CLIENT_PATHS, "health_path": HEALTH_PATH, "metrics_path": METRICS_PATH,
+        "gateway_metrics_path": GATEWAY_METRICS_PATH,
         "private_paths": ENGINE_PRIVATE_PATHS,
         # A request body must fit one HAProxy buffer to be inspected (max_tokens, media URLs):
         # the buffer is sized for the largest client limit plus headers.

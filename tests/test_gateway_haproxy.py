@@ -302,3 +302,25 @@ def test_key_rotation_reloads_without_dropping_a_stream(tmp_path, site_ca):
             assert new_client.get("/v1/models").status == 200
     assert result["resp"].status == 200 and sum(1 for line in lines if line.startswith(b"data:")) == 5, \
         (result, lines)
+
+
+@pytest.mark.parametrize("metrics_networks,expect", [([], 403), (["127.0.0.0/8"], 200)])
+def test_metrics_paths_only_for_the_monitoring_networks(tmp_path, site_ca, metrics_networks, expect):
+    """/metrics (the engine's, through the gateway) and /gateway/metrics (HAProxy's exporter)
+    answer the monitoring networks only: from any other source they are 403 and the engine is
+    never asked. With loopback listed, the exporter answers in the Prometheus text format with
+    the gateway's own frontend and pool, the names the alert rules read."""
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS, metrics_networks=metrics_networks)
+        with gh.running_gateway(tmp_path, spec, site_ca) as url:
+            client = verifier(url, site_ca).client
+            engine, own = client.get("/metrics"), client.get("/gateway/metrics")
+    assert (engine.status, own.status) == (expect, expect), (engine.status, own.status)
+    assert ("/metrics" in [r["path"] for r in up.requests]) is (expect == 200)
+    text = own.body if isinstance(own.body, str) else str(own.error or own.body)
+    if expect == 200:
+        assert 'haproxy_frontend_http_requests_total{proxy="mm3_gateway"}' in text, text[:400]
+        assert 'haproxy_backend_active_servers{proxy="mm3_engines"}' in text
+        assert "/gateway/metrics" not in [r["path"] for r in up.requests]
+    else:
+        assert "monitoring networks" in text
