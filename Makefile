@@ -2,7 +2,7 @@
 # target is a stage they run. Each stage prints a timing line (scripts/stage.sh).
 SHELL := /bin/bash
 VENV ?= .venv
-export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/.cache/tools/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PY_COLORS := 0
 export ANSIBLE_FORCE_COLOR := 0
@@ -20,7 +20,7 @@ LANE_ENGINE_SCENARIOS ?= weights model_server
 help:
 	@echo "make lab       run the whole path on the embedded lab (containers on this machine)"
 	@echo "make test      lint, unit/golden tests and every Molecule scenario"
-	@echo "make lab-drill on a running lab: diagnose a healthy node, then two induced failures"
+	@echo "make lab-drill on a running lab: kill the engine (the alert fires, resolves), diagnose three cases"
 	@echo "make lab-down  remove every container, network and volume the lab created"
 
 setup: bootstrap images

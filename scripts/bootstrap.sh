@@ -41,6 +41,26 @@ if ! command -v haproxy >/dev/null 2>&1 || ! ls /usr/lib/*/lua/5.*/cjson.so >/de
   fi
 fi
 
+# promtool and amtool (tests/test_monitoring_rules.py: `promtool check config`, `promtool test
+# rules`, `amtool check-config`) from the same Debian packages the monitoring role installs on the
+# monitoring host, unpacked into .cache/tools/bin: no service is installed or started here.
+tools=.cache/tools/bin
+if [ ! -x "$tools/promtool" ] || [ ! -x "$tools/amtool" ]; then
+  if command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then
+    echo "bootstrap: unpacking promtool and amtool from Debian's prometheus packages into $tools"
+    debs=$(mktemp -d)
+    (cd "$debs" && { apt-get download prometheus prometheus-alertmanager >/dev/null 2>&1 \
+       || { [ "$(id -u)" = 0 ] && apt-get update -qq && apt-get download prometheus prometheus-alertmanager >/dev/null; }; })
+    mkdir -p "$tools"
+    for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$debs/root"; done
+    install -m 0755 "$debs/root/usr/bin/promtool" "$debs/root/usr/bin/amtool" "$tools/"
+    rm -rf "$debs"
+  else
+    echo "bootstrap: the monitoring tests need promtool and amtool: apt-get install prometheus prometheus-alertmanager" >&2
+    exit 1
+  fi
+fi
+
 stamp="$venv/.mm3-stamp"
 want=$(cat requirements.lock "$0" | sha256sum | cut -c1-16)
 if [ -x "$venv/bin/ansible-playbook" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
