@@ -73,12 +73,14 @@ case "${1:-up}" in
     cat reports/lab/checks.txt
     ;;
   drill)
-    # The diagnosis drill on a running lab (lab/drill.yml): diagnose the healthy first node,
-    # then a removed weights marker and an unknown engine flag, each named with its fix; the
-    # support bundles hold no secret. It restores the node and restarts the engine at the end.
+    # The drill on a running lab (lab/drill.yml): kill the engine container, MM3EngineDown fires
+    # in Prometheus and resolves after systemd restarts it; then diagnose the healthy first node,
+    # a removed weights marker and an unknown engine flag, each named with its fix; the support
+    # bundles hold no secret. It restores the node and restarts the engine at the end.
     drill_log=reports/lab/drill-$(date -u +%Y%m%dT%H%M%SZ).log
     $stage lab-drill-run ansible-playbook "${inv[@]}" lab/drill.yml > "$drill_log" 2>&1 \
       || { why "$drill_log"; echo "lab: lab/drill.yml failed, see $drill_log" >&2; exit 1; }
+    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print("== alert drill on %s: %s fired %.1f s after the engine container was killed, resolved %.1f s after it (%s)" % (d["node"], d["alert"], d["fired_after_s"], d["resolved_after_s"], ", ".join(d["unit"])))' reports/lab/alert-drill.json
     for case in healthy marker-removed wrong-flag; do
       for txt in reports/lab/diagnose/$case/*/diagnosis.txt; do
         echo "== diagnose drill, $case: $txt"; sed 's/^/   /' "$txt"
