@@ -136,6 +136,14 @@ def diagnose_state_lines(facts):
         state = f.get(name)
         if state not in (None, "", "absent"):
             lines.append("%s: %s" % (label, state))
+    fabric = f.get("gpu_fabric") or []
+    if fabric:
+        counts = {}
+        for state in fabric:
+            counts[state] = counts.get(state, 0) + 1
+        lines.append("gpu fabric: %s%s" % (", ".join("%s on %d of %d GPUs" % (k, v, len(fabric))
+                                                     for k, v in sorted(counts.items())),
+                                          "" if set(counts) == {"Completed"} else " (need Completed)"))
     gpus = f.get("gpus")
     if gpus and gpus.get("expected"):
         seen, expected = int(gpus.get("seen") or 0), int(gpus["expected"])
@@ -213,6 +221,7 @@ def diagnose_evidence(raw):
                  "need_bytes": int(float(size_gb) * 2e9) if size_gb else None},
         "fabricmanager": _unit_state(units, "nvidia-fabricmanager.service"),
         "gateway": _unit_state(units, "haproxy.service") if _true(r.get("gateway")) else None,
+        "gpu_fabric": [str(x) for x in r.get("gpu_fabric") or []],
         "gpus": ({"seen": sum(1 for line in str(gpus.get("stdout", "")).splitlines() if line.startswith("GPU ")),
                   "expected": r.get("gpu_count")} if isinstance(gpus, dict) and _int(gpus.get("rc")) == 0 else None),
     }
@@ -227,6 +236,8 @@ def diagnose_evidence(raw):
         "gateway": str(logs.get("gateway") or ""),
         "state": "\n".join(state),
         "verify": "\n".join(verify_lines),
+        # nvidia-smi -q (fabric, ECC, remapped rows, clocks) or rocm-smi, whole, for the bundle.
+        "gpu": str((r.get("gpu_query") or {}).get("stdout") or ""),
     }
 
 

@@ -164,9 +164,17 @@ def expected_fabric(profile_fabric):
     return PROFILE_EXPECTS.get(profile_fabric) if profile_fabric else None
 
 
+def fabric_states(text):
+    """Each GPU's fabric State from `nvidia-smi -q` text (its "Fabric" block: State, Status,
+    CliqueId, ...; NVSwitch and NVLink 5 nodes print one per GPU, others none). Preflight needs
+    every one Completed; diagnose reports them."""
+    return [state.strip() for state in re.findall(r"Fabric\s*\n\s*State\s*:\s*([^\n]+)", str(text or ""))]
+
+
 class FilterModule(object):
     def filters(self):
         return {
+            "hardware_fabric_states": fabric_states,
             "hardware_gpu_matches": gpu_matches,
             "hardware_gpu_count": gpu_count,
             "hardware_parse_lspci": parse_lspci,

@@ -276,3 +276,28 @@ def test_the_engine_usage_text_is_not_a_media_refusal():
     # vLLM's usage lines name --allowed-media-domains (recorded in the lab's wrong-flag drill)
     usage = "                  [--allowed-media-domains ALLOWED_MEDIA_DOMAINS [ALLOWED_MEDIA_DOMAINS ...]]"
     assert diagnose.diagnose_findings({"engine": usage, "gateway": ""}, RULES) == []
+
+
+# The Fabric block of `nvidia-smi -q` per GPU, in the text form of the fields NVIDIA's own
+# captures hold (NVIDIA/k8s-test-infra tests/e2e/go/assertions/nvidiasmi/testdata/hardware/
+# qx-h100.xml: <fabric><state>, <status>, <cliqueId>, <clusterUuid>), with the state the fabric
+# manager leaves while it trains the NVSwitch fabric (preflight reads the same block).
+FABRIC_Q = """GPU 00000000:%02X:00.0
+    Product Name                          : NVIDIA H200
+    Fabric
+        State                             : %s
+        Status                            : %s
+        CliqueId                          : N/A
+        ClusterUUID                       : N/A
+"""
+
+
+def test_the_gpus_fabric_state_from_nvidia_smi_q():
+    hardware = load_source("mm3_hardware_filters_diag", os.path.join(ROOT, "filter_plugins", "hardware.py"))
+    training = "".join(FABRIC_Q % (i, "In Progress", "N/A") for i in range(8))
+    trained = "".join(FABRIC_Q % (i, "Completed", "Success") for i in range(8))
+    assert state_findings(gpu_fabric=hardware.fabric_states(training)) == ["fabric_not_ready"]
+    assert "gpu fabric: In Progress on 8 of 8 GPUs (need Completed)" in diagnose.diagnose_state_lines(
+        facts(gpu_fabric=hardware.fabric_states(training)))
+    assert state_findings(gpu_fabric=hardware.fabric_states(trained)) == []
+    assert state_findings(gpu_fabric=[]) == []   # a PCIe node prints no Fabric block
