@@ -32,7 +32,7 @@ BUDGETS = {
 # Each alert's `for:` (seconds; 0 = fire at the first failing evaluation).
 ALERT_FOR = ("engine_down", "not_ready", "error_rate", "queue", "ttft", "kv_cache", "gpu_memory",
              "xid", "fabric_manager", "disk", "cert", "target_down")
-# The GPU exporter per vendor: NVIDIA's DCGM exporter (its image carried like the engine's);
+# The GPU exporter per vendor: NVIDIA's DCGM exporter (a pinned image on the node);
 # AMD's device-metrics exporter is not carried yet, so an AMD node is listed with a reason.
 GPU_EXPORTERS = {"nvidia": "dcgm"}
 
@@ -266,7 +266,7 @@ def monitoring_node_resolve(networks, listen_address="0.0.0.0", exporter_port=91
         if not DIGEST_REF_RE.match(image):
             blockers.append("monitoring_node_dcgm_image is %r: on an NVIDIA node pin NVIDIA's DCGM "
                             "exporter by digest (nvcr.io/nvidia/k8s/dcgm-exporter@sha256:<64 hex>, the "
-                            "RepoDigests after a pull on the staging host; weights.yml carries it), or "
+                            "RepoDigests after a pull; load it on the node from the site registry mirror), or "
                             "set monitoring_node_gpu_exporter: false to run without GPU alerts."
                             % (image or ""))
     args = ["--web.listen-address=%s" % _listen(listen_address, port),
@@ -303,14 +303,13 @@ def monitoring_textfile(revision_bytes, mountpoint, weights_root):
 
 class FilterModule(object):
     """monitoring_resolve, monitoring_targets, monitoring_node_resolve, monitoring_blockers_text,
-    monitoring_release, monitoring_textfile."""
+    monitoring_textfile."""
 
     def filters(self):
         return {
             "monitoring_resolve": monitoring_resolve,
             "monitoring_targets": monitoring_targets,
             "monitoring_blockers_text": monitoring_blockers_text,
-            "monitoring_release": release_label,
             "monitoring_textfile": monitoring_textfile,
             "monitoring_node_resolve": monitoring_node_resolve,
         }

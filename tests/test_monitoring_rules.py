@@ -255,3 +255,51 @@ def test_dashboard_panels_parse_and_cover_the_articles_panels(tmp_path):
     for panel in panels:
         for t in panel["targets"]:
             assert "$node" in t["expr"], panel["title"]
+
+
+NODE_ROLE = os.path.join(ROOT, "roles", "monitoring_node")
+
+
+def render_node(name, node_spec):
+    with open(os.path.join(NODE_ROLE, "vars", "main.yml")) as handle:
+        node_vars = yaml.safe_load(handle)
+    with open(os.path.join(NODE_ROLE, "templates", name)) as handle:
+        text = handle.read()
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    env.tests["search"] = lambda value, pattern: re.search(pattern, value) is not None  # Ansible's test
+    return env.from_string(text).render(monitoring_node_spec=node_spec, **node_vars)
+
+
+NVIDIA_NODE = monitoring.monitoring_node_resolve(
+    ["10.30.0.0/24", "fd00:30::/64"], units=["minimax-m3", "nvidia-fabricmanager"], vendor="nvidia",
+    dcgm_image="nvcr.io/nvidia/k8s/dcgm-exporter@sha256:" + "c" * 64)
+
+
+def test_the_nvidia_nodes_gpu_exporter_unit_runs_the_pinned_image(tmp_path):
+    """The DCGM exporter as its README runs it (--gpus all, SYS_ADMIN, port 9400), by digest;
+    the unit passes systemd-analyze verify (with the STAND-IN docker of tests/test_plan_golden.py)."""
+    from test_plan_golden import systemd_verify
+    assert NVIDIA_NODE["blockers"] == []
+    unit = tmp_path / "mm3-dcgm-exporter.service"
+    unit.write_text(render_node("mm3-dcgm-exporter.service.j2", NVIDIA_NODE))
+    start = next(line for line in unit.read_text().splitlines() if line.startswith("ExecStart="))
+    assert start.split()[1:] == ["run", "--rm", "--name", "mm3-dcgm-exporter", "--gpus", "all", "--cap-add",
+                                 "SYS_ADMIN", "-p", "0.0.0.0:9400:9400",
+                                 "nvcr.io/nvidia/k8s/dcgm-exporter@sha256:" + "c" * 64]
+    if shutil.which("systemd-analyze"):
+        assert systemd_verify(tmp_path, [unit]) == []
+
+
+def test_the_exporters_firewall_admits_the_monitoring_networks_only(tmp_path):
+    """The rendered table: both exporter ports accepted from each monitoring network, dropped for
+    everyone else; `nft -c` parses it where nft may run (root)."""
+    text = render_node("firewall.nft.j2", NVIDIA_NODE)
+    assert "tcp dport { 9100, 9400 } ip saddr { 10.30.0.0/24 } accept" in text
+    assert "tcp dport { 9100, 9400 } ip6 saddr { fd00:30::/64 } accept" in text
+    assert text.index("accept\n        tcp dport { 9100, 9400 } drop") > text.index("ip6 saddr")
+    path = tmp_path / "firewall.nft"
+    path.write_text(text)
+    if shutil.which("nft") and os.geteuid() == 0:
+        result = subprocess.run(["nft", "-c", "-f", str(path)], capture_output=True, text=True)
+        if "Operation not permitted" not in result.stderr:
+            assert result.returncode == 0, result.stderr
