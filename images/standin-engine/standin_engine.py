@@ -37,9 +37,10 @@ def option(argv, *names, default=None):
     return default
 
 
-# Options of the real engines that take no value (everything else starting with - takes one).
+# Options of the real engines that take no value (everything else starting with - takes one);
+# SGLang's --enable-metrics is a store_true switch (docs/references/production_metrics.md).
 SWITCHES = {"--enable-auto-tool-choice", "--enforce-eager", "--trust-remote-code",
-            "--skip-server-warmup", "--enable-log-requests", "--log-requests"}
+            "--skip-server-warmup", "--enable-log-requests", "--log-requests", "--enable-metrics"}
 
 
 def positionals(tokens):

@@ -151,6 +151,9 @@ def test_docker_argv_b200_is_the_seed_offline_command_plus_least_privilege():
     # The one other difference: the host side of the mount is the pinned revision's own
     # directory (one directory per revision), mounted where the seed mounts its copy.
     seed = [REVISION_MOUNT if a == SEED_MOUNT else a for a in SEED_OFFLINE]
+    # And SGLang's --enable-metrics (monitoring scrapes /metrics), once, before --host.
+    host = seed.index("--host")
+    seed = seed[:host] + ["--enable-metrics"] + seed[host:]
     assert argv == seed[:at] + LEAST_PRIVILEGE + seed[at:]
 
 
