@@ -680,12 +680,24 @@ def serving_blockers_text(spec):
     return "\n".join(lines)
 
 
+def health_url(spec):
+    """The URL a probe on the node itself asks for the engine's health: loopback when the engine
+    binds every address, an IPv6 address in brackets (model_server's readiness wait, diagnose)."""
+    host = str((spec or {}).get("bind_address") or "127.0.0.1")
+    if host in ("0.0.0.0", "::", "localhost"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = "[%s]" % host
+    return "http://%s:%s%s" % (host, (spec or {}).get("port"), (spec or {}).get("health_path") or "/health")
+
+
 class FilterModule(object):
-    """serving_resolve, serving_blockers_text, serving_is_loopback."""
+    """serving_resolve, serving_blockers_text, serving_is_loopback, serving_health_url."""
 
     def filters(self):
         return {
             "serving_resolve": serving_resolve,
             "serving_blockers_text": serving_blockers_text,
             "serving_is_loopback": is_loopback,
+            "serving_health_url": health_url,
         }

@@ -26,7 +26,7 @@ def resolve(profile, **kw):
 
 def test_filters_registered():
     assert set(serving.FilterModule().filters()) == {
-        "serving_resolve", "serving_blockers_text", "serving_is_loopback"}
+        "serving_resolve", "serving_blockers_text", "serving_is_loopback", "serving_health_url"}
     assert set(ms.FilterModule().filters()) == {
         "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_invocation",
         "model_server_shell_join",
@@ -279,3 +279,14 @@ def test_local_tag_names_a_loaded_image_by_its_digest():
     # No digest, or an image already pinned by its ID: nothing to bridge.
     assert serving.image_local_tag({"repository": "r", "tag": "lab"}) is None
     assert serving.image_local_tag({"repository": "r", "digest": digest, "local_id": True}) is None
+
+
+@pytest.mark.parametrize("bind,url", [
+    ("127.0.0.1", "http://127.0.0.1:30000/health"), ("0.0.0.0", "http://127.0.0.1:30000/health"),
+    ("::", "http://127.0.0.1:30000/health"), ("10.0.0.5", "http://10.0.0.5:30000/health"),
+    ("fd00::5", "http://[fd00::5]:30000/health"),
+])
+def test_the_health_url_a_probe_on_the_node_asks(bind, url):
+    """One URL for model_server's readiness wait and diagnose's health read."""
+    spec = {"bind_address": bind, "port": 30000, "health_path": "/health"}
+    assert serving.health_url(spec) == url
