@@ -34,7 +34,8 @@ case "${1:-up}" in
     # The second run of a CI job (LAB_EXPECT_NO_CHANGES=1) gates site.yml, not the lab's own
     # stand-ins: when every lab host is already up, lab/up.yml is not run again (about 60 s).
     running=$(docker ps --filter label=org.mm3.lab=true --filter status=running --format '{{.Names}}' | sort | tr '\n' ' ')
-    want="mm3-lab-node1 $( [ "${LAB_NODES:-1}" -ge 2 ] && echo 'mm3-lab-node2 ')mm3-lab-staging "
+    want="mm3-lab-node1 mm3-lab-staging "
+    [ "${LAB_NODES:-1}" -lt 2 ] || want="mm3-lab-node1 mm3-lab-node2 mm3-lab-staging "
     if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ] && [ "$running" = "$want" ] \
        && [ -f inventories/lab/group_vars/all/lab_network.yml ]; then
       echo "lab: the lab hosts are up ($running); lab/up.yml is not run again for this changed=0 run"
