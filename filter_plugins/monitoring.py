@@ -37,6 +37,16 @@ ALERT_FOR = ("engine_down", "not_ready", "error_rate", "queue", "ttft", "kv_cach
 GPU_EXPORTERS = {"nvidia": "dcgm"}
 
 
+def _gpu_skip_reason(vendor, enabled, suffix=""):
+    """Why a node runs no GPU exporter (None for a node without GPUs): one wording for the
+    monitoring host's targets and the node's own settings."""
+    if vendor in (None, "cpu"):
+        return None
+    if not enabled:
+        return "monitoring_node_gpu_exporter is false"
+    return "no GPU exporter is carried for vendor %s yet (AMD's device-metrics exporter)%s" % (vendor, suffix)
+
+
 def _number(value, low, high, integer=False):
     if isinstance(value, bool):
         return None
@@ -206,9 +216,8 @@ def node_target(node, node_vars):
         "gateway": gateway, "gateway_port": gateway_port, "engine_scrape": engine,
         "node_exporter_port": node_exporter_port, "vendor": vendor or "none",
         "gpu_exporter": gpu_exporter, "gpu_exporter_port": dcgm_port if gpu_exporter else None,
-        "gpu_exporter_skipped": None if gpu_exporter or vendor in (None, "cpu") else
-        "no GPU exporter is carried for vendor %s yet (AMD's device-metrics exporter): GPU memory "
-        "and Xid alerts do not cover this node" % vendor,
+        "gpu_exporter_skipped": None if gpu_exporter else
+        _gpu_skip_reason(vendor, True, ": GPU memory and Xid alerts do not cover this node"),
         "blockers": blockers,
     }
     for where, value in (("release", target["release"]), ("engine", target["engine"]),
@@ -277,9 +286,7 @@ def monitoring_node_resolve(networks, listen_address="0.0.0.0", exporter_port=91
     spec = {"networks": nets, "listen_address": str(listen_address), "exporter_port": port,
             "ports": [p for p in (port, gpu_port) if p], "args": args if units else args[:1] + args[3:],
             "dcgm": dcgm, "dcgm_image": image if dcgm else "", "dcgm_port": gpu_port,
-            "gpu_exporter_skipped": None if dcgm or vendor in (None, "cpu") else
-            ("monitoring_node_gpu_exporter is false" if not gpu_exporter else
-             "no GPU exporter is carried for vendor %s yet (AMD's device-metrics exporter)" % vendor),
+            "gpu_exporter_skipped": None if dcgm else _gpu_skip_reason(vendor, gpu_exporter),
             "blockers": blockers}
     blockers.extend(control_problems({k: v for k, v in spec.items() if k != "blockers"}, "monitoring_node"))
     return spec

@@ -39,9 +39,10 @@ def role_vars():
         return yaml.safe_load(handle)
 
 
-def render(name, context):
-    """Render one of the role's templates as Ansible does, honouring a `#jinja2:` header line."""
-    with open(os.path.join(ROLE, "templates", name)) as handle:
+def render(name, context, role=ROLE):
+    """Render one of a role's templates as Ansible does, honouring a `#jinja2:` header line and
+    providing Ansible's `search` test."""
+    with open(os.path.join(role, "templates", name)) as handle:
         text = handle.read()
     options = {"trim_blocks": True}
     if text.startswith("#jinja2:"):
@@ -50,6 +51,7 @@ def render(name, context):
             key, value = item
             options[key] = value.strip("'") if value.startswith("'") else value == "True"
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, **options)
+    env.tests["search"] = lambda value, pattern: re.search(pattern, value) is not None  # Ansible's test
     return env.from_string(text).render(**context)
 
 
@@ -263,11 +265,7 @@ NODE_ROLE = os.path.join(ROOT, "roles", "monitoring_node")
 def render_node(name, node_spec):
     with open(os.path.join(NODE_ROLE, "vars", "main.yml")) as handle:
         node_vars = yaml.safe_load(handle)
-    with open(os.path.join(NODE_ROLE, "templates", name)) as handle:
-        text = handle.read()
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    env.tests["search"] = lambda value, pattern: re.search(pattern, value) is not None  # Ansible's test
-    return env.from_string(text).render(monitoring_node_spec=node_spec, **node_vars)
+    return render(name, dict(node_vars, monitoring_node_spec=node_spec), role=NODE_ROLE)
 
 
 NVIDIA_NODE = monitoring.monitoring_node_resolve(
