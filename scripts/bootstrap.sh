@@ -11,7 +11,7 @@ ansible_pkg=ansible==14.5.0   # the community package whose wheel carries the co
 # ... and the sha256 of that wheel as PyPI lists it (https://pypi.org/simple/ansible/): the
 # collections come from these bytes or from nothing.
 ansible_sha256=245623ccc2d31d0f6f4bdb63168d550cad305fb032cc43d96e8f61ce8ab0ba84
-collections=(community/docker ansible/posix community/general community/library_inventory_filtering_v1)
+collections=(community/docker ansible/posix community/general community/library_inventory_filtering_v1 kubernetes/core)
 
 find_python() {
   local c
@@ -28,15 +28,20 @@ find_python() {
 }
 
 # The gateway tests (tests/test_gateway_haproxy.py) run the distribution's HAProxy with its Lua
-# JSON parser on this machine, as the gateway role installs them on a node.
-if ! command -v haproxy >/dev/null 2>&1 || ! ls /usr/lib/*/lua/5.*/cjson.so >/dev/null 2>&1; then
+# JSON parser on this machine, as the gateway role installs them on a node; the Kubernetes
+# weights pre-fill test (tests/test_k8s_manifests.py) runs the Job's script against a real rsync
+# daemon on loopback.
+if ! command -v haproxy >/dev/null 2>&1 || ! ls /usr/lib/*/lua/5.*/cjson.so >/dev/null 2>&1 \
+   || ! command -v rsync >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "bootstrap: installing haproxy and lua-cjson (apt) for the gateway tests"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy lua-cjson >/dev/null
+    echo "bootstrap: installing haproxy, lua-cjson and rsync (apt) for the gateway and pre-fill tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy lua-cjson rsync >/dev/null
+    # rsync's packaged daemon stays off too (the test starts its own on loopback).
+    systemctl disable --now rsync >/dev/null 2>&1 || true
     # Only the binary is needed here; the packaged service stays off on the controller.
     systemctl disable --now haproxy >/dev/null 2>&1 || true
   else
-    echo "bootstrap: the gateway tests need haproxy and lua-cjson: apt-get install haproxy lua-cjson" >&2
+    echo "bootstrap: the gateway and pre-fill tests need haproxy, lua-cjson and rsync: apt-get install haproxy lua-cjson rsync" >&2
     exit 1
   fi
 fi
