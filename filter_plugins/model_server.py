@@ -8,8 +8,11 @@ tests (tests/test_plan_golden.py) compare what playbooks/plan.yml renders with t
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import shlex
+
+import yaml
 
 from ansible.errors import AnsibleFilterError
 
@@ -130,9 +133,7 @@ def docker_run_argv(spec, name="minimax-m3", shm_size="32g", config_host_path=No
     if with_config:
         argv += ["-v", "%s:%s:ro" % (config_host_path, config_container_path)]
     argv += jit_cache_args(spec, jit_cache_dir)
-    argv += server_invocation(spec)
-    if with_config:
-        argv += ["--config", config_container_path]
+    argv += engine_container_args(spec, config_container_path if with_config else None)
     return checked(argv)
 
 
@@ -185,6 +186,433 @@ def systemd_join(argv, breaks=()):
     return " \\\n    ".join(" ".join(systemd_quote(t) for t in line) for line in lines)
 
 
+# --- Kubernetes: the same engine command as a Deployment (role model_server_k8s) -------------
+#
+# What runs in the pod is what the unit runs: the same image, the same command (the image's
+# ENTRYPOINT kept or replaced exactly as `docker run` does), the same environment, the same
+# least-privilege options where Kubernetes has them. tests/test_k8s_manifests.py proves the
+# engine arguments of every profile's Deployment equal the ones of its systemd unit.
+
+K8S_APP = "minimax-m3"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUANTITY = re.compile(r"^[1-9][0-9]{0,6}(Ki|Mi|Gi|Ti)$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_HOST = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?$")
+_DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_RSYNC_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+K8S_ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+K8S_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# The device plugins' resource names (NVIDIA's GPU Operator, AMD's GPU Operator); the CPU lab
+# row asks for none.
+K8S_GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "cpu": None}
+# What the pre-fill Job runs (sh, every value from its environment, never spliced into the text):
+# pull the manifest, refuse it unless it hashes to the pin (nothing moved yet), pull the revision
+# beside it, check every file against it and that no other file is there, and only then write
+# the marker the engine pod's init container checks. The same order as roles/weights_sync.
+K8S_PREFILL_SCRIPT = r"""set -eu
+w=${MM3_WEIGHTS_DIR:-/weights}
+rev=$MM3_REVISION
+dir=$w/$rev
+man=$w/$rev.manifest.sha256
+marker=$w/$rev.verified
+url=rsync://$MM3_RSYNC_USER@$MM3_RSYNC_SERVER:$MM3_RSYNC_PORT/weights/$MM3_REPO
+pw=${MM3_PASSWORD_FILE:-/etc/weights_sync/rsync.password}
+if [ -f "$marker" ] && [ "$(cat "$marker")" = "$MM3_MANIFEST_SHA256" ] && [ -f "$man" ] \
+   && [ "$(sha256sum "$man" | cut -d' ' -f1)" = "$MM3_MANIFEST_SHA256" ]; then
+  echo "prefill: $MM3_REPO@$rev is already verified in this volume"
+  exit 0
+fi
+rm -f "$marker"
+rsync --checksum --times --timeout=60 --password-file="$pw" \
+  "$url/$rev.manifest.sha256" "$w/.incoming.manifest"
+got=$(sha256sum "$w/.incoming.manifest" | cut -d' ' -f1)
+if [ "$got" != "$MM3_MANIFEST_SHA256" ]; then
+  rm -f "$w/.incoming.manifest"
+  echo "prefill: staging serves a manifest for $MM3_REPO@$rev hashing to $got, \
+not to the pinned $MM3_MANIFEST_SHA256: nothing was synced; compare the manifest \
+on staging with serving_weights_manifest_sha256" >&2
+  exit 2
+fi
+mv "$w/.incoming.manifest" "$man"
+mkdir -p "$dir"
+rsync --archive --delete-delay --partial-dir=.rsync-partial --delay-updates --timeout=600 \
+  --bwlimit="${MM3_BWLIMIT:-0}" --password-file="$pw" "$url/$rev/" "$dir/"
+cd "$dir"
+if ! sha256sum --check --quiet "$man"; then
+  echo "prefill: $MM3_REPO@$rev does not match its pinned manifest (the lines above): \
+no marker written; the Job retries the sync" >&2
+  exit 3
+fi
+grep -v '^#' "$man" | cut -c67- | sort > "$w/.listed"
+find . -type f | sed 's|^\./||' | sort > "$w/.present"
+extra=$(comm -13 "$w/.listed" "$w/.present")
+rm -f "$w/.listed" "$w/.present"
+if [ -n "$extra" ]; then
+  echo "prefill: files not in the manifest of $MM3_REPO@$rev: $extra; no marker written" >&2
+  exit 3
+fi
+printf '%s\n' "$MM3_MANIFEST_SHA256" > "$marker.tmp"
+mv "$marker.tmp" "$marker"
+echo "prefill: $MM3_REPO@$rev verified against manifest $MM3_MANIFEST_SHA256"
+"""
+# The engine pod's first init container: serve only a revision the pre-fill verified.
+K8S_MARKER_SCRIPT = r"""m=/weights/$MM3_REVISION.verified
+if [ "$(cat "$m" 2>/dev/null)" != "$MM3_MANIFEST_SHA256" ]; then
+  echo "weights $MM3_REVISION are not verified in this volume ($m does not hold \
+the pinned manifest hash $MM3_MANIFEST_SHA256): run the pre-fill Job (playbooks/k8s.yml) first" >&2
+  exit 1
+fi
+"""
+
+
+def k8s_exec(spec, invocation_argv):
+    """(image, command, args) of the container that runs what `docker run ... <invocation>`
+    runs: `--entrypoint X IMAGE A..` -> command [X], args [A..] (the ENTRYPOINT replaced);
+    `IMAGE A..` -> no command, args [A..] (the image's ENTRYPOINT kept, CMD replaced)."""
+    argv = [str(token) for token in invocation_argv]
+    if argv[:1] == ["--entrypoint"]:
+        return argv[2], [argv[1]], argv[3:]
+    return argv[0], None, argv[1:]
+
+
+def engine_container_args(spec, config_container_path=None):
+    """What follows the image in the unit's `docker run` (server_invocation, then --config when
+    the engine reads its API key from the mounted config file)."""
+    tokens = server_invocation(spec)
+    if spec.get("auth") and config_container_path:
+        tokens = tokens + ["--config", config_container_path]
+    return tokens
+
+
+def _k8s_quantity_gi(size_gb, margin):
+    """Gi holding size_gb (10^9 bytes) plus a fractional margin, rounded up."""
+    return "%dGi" % -(-int(float(size_gb) * (1 + margin) * 1e9) // (1 << 30))
+
+
+def _k8s_str(value, where, problems, pattern=None, what=None, optional=False):
+    if value is None or value == "":
+        if not optional:
+            problems.append("%s is empty: set it (%s)." % (where, what or "a value"))
+        return
+    if not isinstance(value, str):
+        problems.append("%s is a %s, not a string: set %s." % (where, type(value).__name__, what or "a string"))
+        return
+    if _CONTROL.search(value):
+        problems.append("%s holds a control character: write it on one line without one." % where)
+        return
+    if pattern is not None and not pattern.match(value):
+        problems.append("%s is %r: set %s." % (where, value, what))
+
+
+def _k8s_int(value, where, low, high, problems):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        problems.append("%s is %r: set an integer from %d to %d." % (where, value, low, high))
+
+
+def _k8s_string_map(value, where, problems):
+    if not isinstance(value, dict):
+        problems.append("%s is a %s: set a mapping of label keys to values." % (where, type(value).__name__))
+        return
+    for key, item in value.items():
+        _k8s_str(key, "%s key" % where, problems, _LABEL_KEY, "a label key (example.com/name)")
+        _k8s_str(item if item != "" else "x", "%s[%s]" % (where, key), problems, _LABEL_VALUE,
+                 "a label value (63 characters of [A-Za-z0-9_.-])")
+
+
+def k8s_problems(spec, settings):
+    """Every reason the Kubernetes objects of `spec` cannot be rendered or applied as `settings`
+    ask (the central check of model_server_k8s_*: names, ranges, quantities, the pinned image,
+    the weights pin and the staging source), each naming the fix; empty when they can."""
+    p = []
+    s = settings or {}
+    dns = "a DNS-1123 label (lower-case letters, digits and '-', at most 63)"
+    _k8s_str(s.get("name"), "model_server_k8s_name", p, _DNS_LABEL, dns)
+    if isinstance(s.get("name"), str) and len(s["name"]) > 40:
+        p.append("model_server_k8s_name %r is longer than 40 characters: the Job and volume names "
+                 "add a revision to it; shorten it." % s["name"])
+    _k8s_str(s.get("namespace"), "model_server_k8s_namespace", p, _DNS_LABEL, dns)
+    _k8s_str(s.get("gateway_namespace"), "model_server_k8s_gateway_namespace", p, _DNS_LABEL,
+             dns + ": the namespace of the gateway, the only one the NetworkPolicy admits")
+    _k8s_int(s.get("replicas"), "model_server_k8s_replicas", 1, 64, p)
+    _k8s_int(s.get("probe_period_s"), "model_server_k8s_probe_period_s", 1, 300, p)
+    _k8s_int(s.get("startup_timeout_s"), "model_server_k8s_startup_timeout_s", 60, 86400, p)
+    _k8s_int(s.get("stop_timeout_s"), "model_server_k8s_stop_timeout_s", 1, 3600, p)
+    _k8s_int(s.get("prefill_timeout_s"), "model_server_k8s_prefill_timeout_s", 60, 604800, p)
+    _k8s_int(s.get("prefill_bwlimit"), "model_server_k8s_prefill_bwlimit", 0, 10 ** 9, p)
+    for key in ("shm_size", "jit_cache_size"):
+        _k8s_str(s.get(key), "model_server_k8s_" + key, p, _QUANTITY, "a quantity such as 32Gi")
+    _k8s_str(s.get("weights_size"), "model_server_k8s_weights_size", p, _QUANTITY,
+             "a quantity such as 500Gi, or leave it empty (the matrix size + 10 %)", optional=True)
+    _k8s_str(s.get("weights_storage_class"), "model_server_k8s_weights_storage_class", p,
+             _DNS_SUBDOMAIN, "a StorageClass name, or leave it empty (the cluster's default)", optional=True)
+    modes = s.get("weights_access_modes")
+    if not isinstance(modes, list) or not modes or any(m not in K8S_ACCESS_MODES for m in modes):
+        p.append("model_server_k8s_weights_access_modes is %r: list one or more of %s (the pre-fill "
+                 "writes the volume, every replica reads it: ReadWriteMany across nodes)."
+                 % (modes, ", ".join(K8S_ACCESS_MODES)))
+    _k8s_string_map(s.get("node_selector") or {}, "model_server_k8s_node_selector", p)
+    tolerations = s.get("tolerations")
+    if tolerations is not None:
+        if not isinstance(tolerations, list):
+            p.append("model_server_k8s_tolerations is a %s: list {key, operator, effect} items, or "
+                     "leave it null (the GPU pool's taint, the resource name)." % type(tolerations).__name__)
+        else:
+            for index, item in enumerate(tolerations):
+                where = "model_server_k8s_tolerations[%d]" % index
+                if not isinstance(item, dict) or set(item) - {"key", "operator", "value", "effect"}:
+                    p.append("%s is %r: set key, operator (Exists or Equal), value, effect." % (where, item))
+                    continue
+                _k8s_str(item.get("key"), where + ".key", p, _LABEL_KEY, "a taint key", optional=True)
+                if item.get("operator", "Equal") not in ("Exists", "Equal"):
+                    p.append("%s.operator is %r: set Exists or Equal." % (where, item.get("operator")))
+                if item.get("effect") not in (None, "") + K8S_TAINT_EFFECTS:
+                    p.append("%s.effect is %r: set one of %s." % (where, item.get("effect"), ", ".join(K8S_TAINT_EFFECTS)))
+                _k8s_str(item.get("value"), where + ".value", p, _LABEL_VALUE, "a taint value", optional=True)
+    gate = s.get("msa_gate_command")
+    if gate is not None and (not isinstance(gate, list) or not gate
+                             or any(not isinstance(t, str) or _CONTROL.search(t) for t in gate)):
+        p.append("model_server_k8s_msa_gate_command must be a list of strings without control "
+                 "characters (or null: no gate).")
+    # what the pod is made of
+    image = spec.get("image") or {}
+    if not image.get("digest") or not _DIGEST_REF.match(str(image.get("ref", ""))):
+        p.append("image %s is not pinned by digest: a cluster pulls the image again on every new "
+                 "node, so the Deployment names it by digest only; set serving_image: {digest: "
+                 "'sha256:<64 hex>'} (its RepoDigests on the staging host)." % image.get("ref"))
+    gpu = (spec.get("gpu") or {}).get("vendor")
+    if gpu not in K8S_GPU_RESOURCE:
+        p.append("GPU vendor %r has no Kubernetes device-plugin resource here (known: %s)."
+                 % (gpu, ", ".join(sorted(K8S_GPU_RESOURCE))))
+    elif K8S_GPU_RESOURCE[gpu] is None and (spec.get("gpu") or {}).get("count"):
+        p.append("profile %s asks for %s GPUs of vendor %r, which has no device-plugin resource."
+                 % (spec.get("profile"), spec["gpu"]["count"], gpu))
+    weights = spec.get("weights") or {}
+    if not _HEX40.match(str(weights.get("revision") or "")):
+        p.append("the weights revision %r is not a full commit sha: set serving_weights_revision "
+                 "(the volume and the Job are named by it)." % weights.get("revision"))
+    if not _HEX64.match(str(weights.get("manifest_sha256") or "")):
+        p.append("the weights manifest of %s is not pinned: set serving_weights_manifest_sha256 (the "
+                 "pre-fill Job refuses any other manifest, the pod any unverified volume)."
+                 % weights.get("repo"))
+    _k8s_str(s.get("prefill_image"), "model_server_k8s_prefill_image", p, _DIGEST_REF,
+             "an image with sh, rsync and coreutils, by digest (registry/name@sha256:<64 hex>)")
+    _k8s_str(s.get("rsync_server"), "model_server_k8s_rsync_server", p, _HOST,
+             "the address the cluster's pods reach the staging rsync daemon at")
+    _k8s_int(s.get("rsync_port"), "model_server_k8s_rsync_port", 1, 65535, p)
+    _k8s_str(s.get("rsync_user"), "model_server_k8s_rsync_user", p, _RSYNC_USER, "the daemon's user name")
+    path = s.get("config_container_path")
+    if not isinstance(path, str) or not re.match(r"^(/[A-Za-z0-9._-]+){2,}$", path) or "/../" in path + "/":
+        p.append("config_container_path %r is not an absolute file path: the engine reads --config "
+                 "there (role model_server: /etc/model-server/engine.yaml)." % (path,))
+    for key in ("rsync_secret", "engine_config_secret"):
+        _k8s_str(s.get(key), "model_server_k8s_" + key, p, _DNS_SUBDOMAIN, "a Secret name")
+    return p
+
+
+def _k8s_meta(name, namespace, labels, **extra):
+    meta = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    meta.update(extra)
+    return meta
+
+
+def k8s_manifests(spec, settings):
+    """The Kubernetes objects that serve `spec` as `settings` say (model_server_k8s_* without
+    the prefix), in apply order: Namespace, the weights PersistentVolumeClaim, the Job that
+    pre-fills and verifies it from the staging mirror, the Deployment, its Service, the
+    NetworkPolicy admitting only the gateway's namespace, a PodDisruptionBudget. Refused
+    (AnsibleFilterError, every reason) when k8s_problems finds any. No secret value is in
+    them: the engine's API key and the rsync password are Secrets referenced by name."""
+    problems = k8s_problems(spec, settings)
+    if problems:
+        raise AnsibleFilterError("refusing to render the Kubernetes objects: " + " ".join(problems))
+    s = settings
+    name, ns = s["name"], s["namespace"]
+    weights = spec["weights"]
+    revision, pin = weights["revision"], weights["manifest_sha256"]
+    short = revision[:12]
+    # the engine's pods only: the pre-fill pod has its own component, so no Service, policy or
+    # budget ever selects it
+    selector = {"app.kubernetes.io/name": K8S_APP, "app.kubernetes.io/instance": name,
+                "app.kubernetes.io/component": "engine"}
+    common = {"app.kubernetes.io/name": K8S_APP, "app.kubernetes.io/instance": name,
+              "app.kubernetes.io/managed-by": "ansible", "minimax-m3/profile": spec["profile"],
+              "minimax-m3/engine": spec["engine"]}
+    labels = dict(common, **{"app.kubernetes.io/component": "engine"})
+    weights_labels = dict(common, **{"app.kubernetes.io/component": "weights",
+                                     "minimax-m3/revision": revision})
+    pvc_name = "%s-weights-%s" % (name, short)
+    resource = K8S_GPU_RESOURCE[spec["gpu"]["vendor"]]
+    gpus = {"limits": {resource: spec["gpu"]["count"]}} if resource else {}
+    release = "%s@%s" % (revision, spec["image"]["digest"])
+    config_path = s["config_container_path"]
+    image, command, args = k8s_exec(spec, engine_container_args(spec, config_path))
+    container_cfg = spec.get("container") or {}
+
+    env = [{"name": "HF_HUB_OFFLINE", "value": "1"}]
+    merged = dict(spec.get("env") or {})
+    merged.update(container_cfg.get("env") or {})
+    env += [{"name": k, "value": str(merged[k])} for k in sorted(merged)]
+
+    security = {"allowPrivilegeEscalation": not container_cfg.get("no_new_privileges"),
+                "privileged": False,
+                "capabilities": {"drop": list(container_cfg.get("cap_drop") or []),
+                                 "add": list(container_cfg.get("cap_add") or [])},
+                "readOnlyRootFilesystem": bool(container_cfg.get("read_only"))}
+    pod_security = {}
+    if container_cfg.get("user") is not None:
+        uid, _, gid = str(container_cfg["user"]).partition(":")
+        security["runAsUser"] = int(uid)
+        security["runAsNonRoot"] = int(uid) != 0
+        if gid:
+            security["runAsGroup"] = int(gid)
+            pod_security["fsGroup"] = int(gid)
+
+    mounts = [{"name": "weights", "mountPath": weights["container_dir"], "subPath": revision, "readOnly": True},
+              {"name": "shm", "mountPath": "/dev/shm"}]
+    volumes = [{"name": "weights", "persistentVolumeClaim": {"claimName": pvc_name, "readOnly": True}},
+               {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": s["shm_size"]}}]
+    for index, mount in enumerate(container_cfg.get("tmpfs") or []):
+        path, _, options = str(mount).partition(":")
+        size = re.search(r"(?:^|,)size=([0-9]+)([kmg])(?:,|$)", options)
+        empty = {"medium": "Memory"}
+        if size:
+            empty["sizeLimit"] = "%s%si" % (size.group(1), size.group(2).upper())
+        volumes.append({"name": "tmpfs-%d" % index, "emptyDir": empty})
+        mounts.append({"name": "tmpfs-%d" % index, "mountPath": path})
+    if spec.get("auth"):
+        volumes.append({"name": "engine-config", "secret": {
+            "secretName": s["engine_config_secret"], "defaultMode": 0o440,
+            "items": [{"key": "engine.yaml", "path": config_path.rsplit("/", 1)[1]}]}})
+        mounts.append({"name": "engine-config", "mountPath": config_path.rsplit("/", 1)[0], "readOnly": True})
+    jit = spec.get("jit_cache") or {}
+    init = [{"name": "weights-verified", "image": image, "command": ["sh", "-c", K8S_MARKER_SCRIPT],
+             "env": [{"name": "MM3_REVISION", "value": revision}, {"name": "MM3_MANIFEST_SHA256", "value": pin}],
+             "volumeMounts": [{"name": "weights", "mountPath": "/weights", "readOnly": True}],
+             "securityContext": dict(security, capabilities={"drop": ["ALL"], "add": []})}]
+    if jit.get("container_dir"):
+        jit_env = [{"name": k, "value": str(jit["env"][k])} for k in sorted(jit.get("env") or {})]
+        env += jit_env
+        volumes.append({"name": "jit-cache", "emptyDir": {"sizeLimit": s["jit_cache_size"]}})
+        mounts.append({"name": "jit-cache", "mountPath": jit["container_dir"]})
+        if spec.get("msa_warmup") and s.get("msa_gate_command"):
+            gate_image, gate_command, gate_args = k8s_exec(spec, invocation(spec, s["msa_gate_command"]))
+            gate = {"name": "msa-gate", "image": gate_image, "args": gate_args,
+                    "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}] + env[1:],
+                    "resources": gpus,
+                    "volumeMounts": [m for m in mounts if m["name"] in ("jit-cache", "shm")],
+                    "securityContext": security}
+            if gate_command:
+                gate["command"] = gate_command
+            init.append(gate)
+    probe = {"httpGet": {"path": spec.get("health_path") or "/health", "port": "http"},
+             "timeoutSeconds": 10, "periodSeconds": s["probe_period_s"]}
+    engine = {"name": "engine", "image": image, "imagePullPolicy": "IfNotPresent"}
+    if command:
+        engine["command"] = command
+    engine.update({
+        "args": args,
+        "ports": [{"name": "http", "containerPort": spec["container_port"], "protocol": "TCP"}],
+        "env": env,
+        "resources": gpus,
+        "volumeMounts": mounts,
+        "securityContext": security,
+        # the long load: up to startup_timeout_s before the first 200, then ready/alive checks
+        "startupProbe": dict(probe, failureThreshold=-(-s["startup_timeout_s"] // s["probe_period_s"])),
+        "readinessProbe": dict(probe, failureThreshold=3),
+        "livenessProbe": dict(probe, periodSeconds=max(30, s["probe_period_s"]), failureThreshold=5),
+    })
+    pod = {"automountServiceAccountToken": False, "enableServiceLinks": False,
+           "terminationGracePeriodSeconds": s["stop_timeout_s"],
+           "tolerations": s["tolerations"] if s.get("tolerations") is not None else
+           [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}] if resource else [],
+           "initContainers": init, "containers": [engine], "volumes": volumes}
+    if s.get("node_selector"):
+        pod["nodeSelector"] = dict(s["node_selector"])
+    if pod_security:
+        pod["securityContext"] = pod_security
+
+    pvc_spec = {"accessModes": list(s["weights_access_modes"]), "volumeMode": "Filesystem",
+                "resources": {"requests": {"storage": s.get("weights_size") or
+                                           _k8s_quantity_gi(weights["size_gb"], 0.10)}}}
+    if s.get("weights_storage_class"):
+        pvc_spec["storageClassName"] = s["weights_storage_class"]
+    prefill_env = [{"name": k, "value": str(v)} for k, v in (
+        ("MM3_REPO", weights["repo"]), ("MM3_REVISION", revision), ("MM3_MANIFEST_SHA256", pin),
+        ("MM3_RSYNC_SERVER", s["rsync_server"]), ("MM3_RSYNC_PORT", s["rsync_port"]),
+        ("MM3_RSYNC_USER", s["rsync_user"]), ("MM3_BWLIMIT", s["prefill_bwlimit"]))]
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": _k8s_meta("%s-weights-prefill-%s" % (name, short), ns, weights_labels),
+           "spec": {"backoffLimit": 3, "activeDeadlineSeconds": s["prefill_timeout_s"],
+                    "template": {"metadata": {"labels": weights_labels}, "spec": {
+                        "restartPolicy": "Never", "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "containers": [{
+                            "name": "prefill", "image": s["prefill_image"], "imagePullPolicy": "IfNotPresent",
+                            "command": ["sh", "-c", K8S_PREFILL_SCRIPT], "env": prefill_env,
+                            "volumeMounts": [{"name": "weights", "mountPath": "/weights"},
+                                             {"name": "rsync-password", "mountPath": "/etc/weights_sync",
+                                              "readOnly": True}],
+                            "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                                                "capabilities": {"drop": ["ALL"],
+                                                                 "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE"]}}}],
+                        "volumes": [{"name": "weights", "persistentVolumeClaim": {"claimName": pvc_name}},
+                                    {"name": "rsync-password", "secret": {
+                                        "secretName": s["rsync_secret"], "defaultMode": 0o400,
+                                        "items": [{"key": "password", "path": "rsync.password"}]}}]}}}}
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+            "app.kubernetes.io/managed-by": "ansible"}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": _k8s_meta(pvc_name, ns, weights_labels), "spec": pvc_spec},
+        job,
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": _k8s_meta(name, ns, labels, annotations={"minimax-m3/release": release}),
+         "spec": {"replicas": s["replicas"], "selector": {"matchLabels": selector},
+                  # no surge: a second 8-GPU pod has nowhere to go; one pod at a time instead
+                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+                  "template": {"metadata": {"labels": labels, "annotations": {"minimax-m3/release": release}},
+                               "spec": pod}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": _k8s_meta(name, ns, labels),
+         "spec": {"type": "ClusterIP", "selector": selector,
+                  "ports": [{"name": "http", "port": spec["port"], "targetPort": "http", "protocol": "TCP"}]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": _k8s_meta(name + "-from-gateway", ns, labels),
+         "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"],
+                  "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": s["gateway_namespace"]}}}],
+                      "ports": [{"protocol": "TCP", "port": spec["container_port"]}]}]}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _k8s_meta(name, ns, labels),
+         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}},
+    ]
+    return objects
+
+
+class _K8sDumper(yaml.SafeDumper):
+    """Block lists indented under their key; multi-line strings (the scripts) as literal blocks."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
+def _k8s_str_representer(dumper, value):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_K8sDumper.add_representer(str, _k8s_str_representer)
+
+
+def k8s_yaml(obj):
+    """One object as a YAML document for review and apply (keys in the order built)."""
+    obj = json.loads(json.dumps(obj))  # plain types: Ansible hands its own dict and str subclasses
+    return yaml.dump(obj, Dumper=_K8sDumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+
 def command_tokens(text):
     """Split a rendered shell command back into argv (line continuations removed)."""
     return shlex.split(text.replace("\\\n", " "))
@@ -192,7 +620,8 @@ def command_tokens(text):
 
 class FilterModule(object):
     """model_server_docker_argv, model_server_msa_gate_argv, model_server_invocation,
-    model_server_shell_join, model_server_systemd_join."""
+    model_server_shell_join, model_server_systemd_join, model_server_k8s_manifests,
+    model_server_k8s_problems, model_server_k8s_yaml."""
 
     def filters(self):
         return {
@@ -201,4 +630,7 @@ class FilterModule(object):
             "model_server_msa_gate_argv": msa_gate_argv,
             "model_server_shell_join": shell_join,
             "model_server_systemd_join": systemd_join,
+            "model_server_k8s_manifests": k8s_manifests,
+            "model_server_k8s_problems": k8s_problems,
+            "model_server_k8s_yaml": k8s_yaml,
         }

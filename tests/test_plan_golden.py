@@ -223,10 +223,11 @@ def test_unit_runs_exactly_the_planned_command(plan_all, profile):
     assert start[0] == "/usr/bin/docker" and start[1:] == cmd[1:]
     assert "Restart=on-failure" in unit
     assert "ExecStop=/usr/bin/docker stop --time 60 minimax-m3" in unit
-    # only the plan's files, at their node paths: nothing else is written
+    # only the plan's files, at their node paths, and the Kubernetes objects beside them (here
+    # refused: no manifest pin; tests/test_k8s_manifests.py plans them): nothing else is written
     files = sorted(str(p.relative_to(plan_all[0] / profile))
                    for p in (plan_all[0] / profile).rglob("*") if p.is_file())
-    assert files == sorted([str(CMD), str(UNIT)])
+    assert files == sorted([str(CMD), str(UNIT), "k8s/BLOCKED"])
 
 
 def test_unit_header_lines_stay_apart(plan_all):

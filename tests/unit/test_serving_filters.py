@@ -30,7 +30,8 @@ def test_filters_registered():
     assert set(ms.FilterModule().filters()) == {
         "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_invocation",
         "model_server_shell_join",
-        "model_server_systemd_join"}
+        "model_server_systemd_join", "model_server_k8s_manifests", "model_server_k8s_problems",
+        "model_server_k8s_yaml"}
 
 
 @pytest.mark.parametrize("address,expected", [

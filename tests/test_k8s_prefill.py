@@ -1,0 +1,143 @@
+"""The script of the Kubernetes weights pre-fill Job and of the engine pod's `weights-verified`
+init container (filter_plugins/model_server.py K8S_PREFILL_SCRIPT, K8S_MARKER_SCRIPT), run with
+/bin/sh on this machine against a real rsync daemon on loopback that serves a staging tree the
+way roles/weights_sync's daemon does (module `weights`, user and password, read-only). The
+"volume" is a temporary directory: the pod's /weights. Stand-in: no Kubernetes runs the Job.
+"""
+import hashlib
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "filter_plugins"))
+sys.path.insert(0, str(ROOT))
+
+import model_server as ms  # noqa: E402
+from module_utils.weights_common import format_manifest  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed "
+                                "(scripts/bootstrap.sh installs it)")
+REPO = "MiniMaxAI/MiniMax-M3-MXFP8"
+REVISION = "a" * 40
+PASSWORD = "prefill-test-password-71c2"
+FILES = {"config.json": b'{"model_type": "minimax_m3"}\n',
+         "model-00001-of-00002.safetensors": os.urandom(300_000),
+         "model-00002-of-00002.safetensors": os.urandom(200_000),
+         "tokenizer/tokenizer.json": b'{"version": "1.0"}\n'}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_staging(root, files):
+    """<root>/<repo>/<revision>/ and its manifest beside it, as weights_stage leaves them."""
+    rev_dir = root / REPO / REVISION
+    for name, data in files.items():
+        (rev_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (rev_dir / name).write_bytes(data)
+    text = format_manifest([(n, hashlib.sha256(d).hexdigest()) for n, d in files.items()],
+                           {"repo": REPO, "revision": REVISION})
+    (root / REPO / (REVISION + ".manifest.sha256")).write_text(text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture()
+def staging(tmp_path):
+    root = tmp_path / "staging"
+    pin = write_staging(root, FILES)
+    conf_dir = tmp_path / "rsyncd"
+    conf_dir.mkdir()
+    secrets = conf_dir / "rsyncd.secrets"
+    secrets.write_text("weights:%s\n" % PASSWORD)
+    secrets.chmod(0o600)
+    port = free_port()
+    (conf_dir / "rsyncd.conf").write_text(
+        "use chroot = no\npid file = %s/rsyncd.pid\nlog file = %s/rsyncd.log\n"
+        "[weights]\npath = %s\nread only = yes\nuid = root\ngid = root\n"
+        "auth users = weights\nsecrets file = %s\nhosts allow = 127.0.0.1\nhosts deny = *\n"
+        % (conf_dir, conf_dir, root, secrets))
+    daemon = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1",
+                               "--port=%d" % port, "--config=%s" % (conf_dir / "rsyncd.conf")])
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    pw = tmp_path / "rsync.password"
+    pw.write_text(PASSWORD + "\n")
+    pw.chmod(0o600)
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    yield {"root": root, "port": port, "pin": pin, "pw": pw, "volume": volume}
+    daemon.terminate()
+    daemon.wait(timeout=10)
+
+
+def prefill(staging, pin=None):
+    env = {"PATH": os.environ["PATH"], "MM3_WEIGHTS_DIR": str(staging["volume"]),
+           "MM3_PASSWORD_FILE": str(staging["pw"]), "MM3_REPO": REPO, "MM3_REVISION": REVISION,
+           "MM3_MANIFEST_SHA256": pin or staging["pin"], "MM3_RSYNC_SERVER": "127.0.0.1",
+           "MM3_RSYNC_PORT": str(staging["port"]), "MM3_RSYNC_USER": "weights", "MM3_BWLIMIT": "0"}
+    return subprocess.run(["sh", "-c", ms.K8S_PREFILL_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def pod_starts(staging, pin=None):
+    """The engine pod's init container, its /weights being the volume."""
+    script = ms.K8S_MARKER_SCRIPT.replace("/weights/", str(staging["volume"]) + "/")
+    env = {"PATH": os.environ["PATH"], "MM3_REVISION": REVISION, "MM3_MANIFEST_SHA256": pin or staging["pin"]}
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+
+
+def marker(staging):
+    return staging["volume"] / (REVISION + ".verified")
+
+
+def test_prefill_verifies_then_marks_and_the_pod_starts(staging):
+    assert pod_starts(staging).returncode == 1  # an empty volume is never served
+    result = prefill(staging)
+    assert result.returncode == 0, result.stderr
+    for name, data in FILES.items():
+        assert (staging["volume"] / REVISION / name).read_bytes() == data
+    assert marker(staging).read_text() == staging["pin"] + "\n"
+    assert pod_starts(staging).returncode == 0
+    again = prefill(staging)  # a retried Job moves nothing
+    assert again.returncode == 0 and "already verified" in again.stdout
+
+
+def test_a_manifest_that_is_not_the_pinned_one_moves_nothing(staging):
+    result = prefill(staging, pin="e" * 64)
+    assert result.returncode == 2
+    assert "not to the pinned " + "e" * 64 in result.stderr
+    assert not (staging["volume"] / REVISION).exists() and not marker(staging).exists()
+
+
+def test_a_changed_file_on_staging_is_never_marked_verified(staging):
+    shard = staging["root"] / REPO / REVISION / "model-00002-of-00002.safetensors"
+    shard.write_bytes(b"\0" + shard.read_bytes()[1:])  # same manifest, other bytes
+    result = prefill(staging)
+    assert result.returncode == 3 and "does not match its pinned manifest" in result.stderr
+    assert not marker(staging).exists()
+    assert pod_starts(staging).returncode == 1
+
+
+def test_a_file_the_manifest_does_not_list_is_never_marked_verified(staging):
+    (staging["root"] / REPO / REVISION / "extra.py").write_text("import os\n")
+    result = prefill(staging)
+    assert result.returncode == 3 and "extra.py" in result.stderr
+    assert not marker(staging).exists()
+
+
+def test_a_stale_marker_of_another_pin_does_not_start_the_pod(staging):
+    assert prefill(staging).returncode == 0
+    assert pod_starts(staging, pin="f" * 64).returncode == 1

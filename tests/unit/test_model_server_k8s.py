@@ -1,0 +1,129 @@
+"""Unit tests of the Kubernetes half of filter_plugins/model_server.py: the central check of
+every model_server_k8s_* value and of what the pod is made of (k8s_problems), each refusal
+naming its fix, and the refusal of k8s_manifests itself. The spec comes from the real matrix;
+the settings from the role's own defaults with the site's values filled in."""
+import copy
+import pathlib
+import sys
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "filter_plugins"))
+
+import model_server as ms  # noqa: E402
+import serving  # noqa: E402
+
+VARS = yaml.safe_load((ROOT / "roles" / "serving" / "vars" / "main.yml").read_text())
+DEFAULTS = yaml.safe_load((ROOT / "roles" / "model_server_k8s" / "defaults" / "main.yml").read_text())
+ROLE_VARS = yaml.safe_load((ROOT / "roles" / "model_server_k8s" / "vars" / "main.yml").read_text())
+SEED_DIGEST = "sha256:de63ac56df5d7b064451e21147eaab89634a02332d830ca8c01cb8c033b3a78f"
+SITE = {"model_server_k8s_prefill_image": "registry.example.internal/mm3/prefill@sha256:" + "d" * 64,
+        "model_server_k8s_rsync_server": "staging.example.internal"}
+
+
+def settings(**overrides):
+    """__model_server_k8s_settings as the role builds it (vars/main.yml), from the defaults."""
+    values = dict(DEFAULTS, **SITE)
+    out = {}
+    for key, template in ROLE_VARS["__model_server_k8s_settings"].items():
+        name = str(template).strip("{} ")
+        out[key] = copy.deepcopy(values[name]) if name in values else template
+    out.update(overrides)
+    return out
+
+
+def spec(profile="b200", **kw):
+    kw.setdefault("weights_revision", "b" * 40)
+    kw.setdefault("weights_manifest_sha256", "c" * 64)
+    return serving.serving_resolve(
+        VARS["serving_matrix"], profile=profile, weights_repos=VARS["serving_weights_repos"],
+        engines=VARS["serving_engines"], device_args=VARS["serving_device_args"],
+        tuning_presets=VARS["serving_tuning_presets"], **kw)
+
+
+def test_the_defaults_with_the_sites_two_values_render():
+    assert ms.k8s_problems(spec(), settings()) == []
+    kinds = [o["kind"] for o in ms.k8s_manifests(spec(), settings())]
+    assert kinds == ["Namespace", "PersistentVolumeClaim", "Job", "Deployment", "Service",
+                     "NetworkPolicy", "PodDisruptionBudget"]
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({"name": "MiniMax_M3"}, "model_server_k8s_name is 'MiniMax_M3': set a DNS-1123 label"),
+    ({"name": "m" * 41}, "longer than 40 characters"),
+    ({"namespace": "ns\nx"}, "model_server_k8s_namespace holds a control character"),
+    ({"gateway_namespace": ""}, "model_server_k8s_gateway_namespace is empty"),
+    ({"replicas": 0}, "model_server_k8s_replicas is 0: set an integer from 1 to 64"),
+    ({"replicas": "2"}, "model_server_k8s_replicas is '2'"),
+    ({"replicas": True}, "model_server_k8s_replicas is True"),
+    ({"startup_timeout_s": 5}, "model_server_k8s_startup_timeout_s is 5"),
+    ({"shm_size": "32g"}, "model_server_k8s_shm_size is '32g': set a quantity such as 32Gi"),
+    ({"weights_size": "500GB"}, "model_server_k8s_weights_size is '500GB'"),
+    ({"weights_access_modes": ["ReadWriteAll"]}, "model_server_k8s_weights_access_modes is ['ReadWriteAll']"),
+    ({"weights_access_modes": []}, "model_server_k8s_weights_access_modes is []"),
+    ({"weights_storage_class": "Fast SSD"}, "model_server_k8s_weights_storage_class is 'Fast SSD'"),
+    ({"node_selector": {"gpu pool": "b200"}}, "model_server_k8s_node_selector key"),
+    ({"node_selector": ["b200"]}, "model_server_k8s_node_selector is a list"),
+    ({"tolerations": [{"key": "nvidia.com/gpu", "effect": "NoScheduleX"}]}, "tolerations[0].effect is 'NoScheduleX'"),
+    ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "In"}]}, "tolerations[0].operator is 'In'"),
+    ({"tolerations": [{"key": "a", "toleration": "b"}]}, "model_server_k8s_tolerations[0] is"),
+    ({"tolerations": "nvidia.com/gpu"}, "model_server_k8s_tolerations is a str"),
+    ({"msa_gate_command": ["python3", "-c", "print(1)\x07"]}, "model_server_k8s_msa_gate_command must be"),
+    ({"prefill_image": ""}, "model_server_k8s_prefill_image is empty"),
+    ({"prefill_image": "debian:12"}, "model_server_k8s_prefill_image is 'debian:12': set an image"),
+    ({"rsync_server": "staging; rm -rf /"}, "model_server_k8s_rsync_server is 'staging; rm -rf /'"),
+    ({"rsync_port": 70000}, "model_server_k8s_rsync_port is 70000"),
+    ({"rsync_user": "Weights User"}, "model_server_k8s_rsync_user is 'Weights User'"),
+    ({"rsync_secret": "Secret!"}, "model_server_k8s_rsync_secret is 'Secret!'"),
+    ({"prefill_bwlimit": -1}, "model_server_k8s_prefill_bwlimit is -1"),
+    ({"config_container_path": "engine.yaml"}, "config_container_path 'engine.yaml' is not an absolute file path"),
+])
+def test_each_bad_setting_is_refused_with_its_fix(overrides, expected):
+    problems = ms.k8s_problems(spec(), settings(**overrides))
+    assert any(expected in p for p in problems), problems
+    with pytest.raises(AnsibleFilterError, match="refusing to render the Kubernetes objects"):
+        ms.k8s_manifests(spec(), settings(**overrides))
+
+
+def test_an_image_without_a_digest_is_refused():
+    unpinned = spec("h200", engine="vllm", allow_unpinned_image=True)
+    assert unpinned["image"]["digest"] is None
+    problems = ms.k8s_problems(unpinned, settings())
+    assert any("vllm/vllm-openai:minimax-m3 is not pinned by digest" in p and "serving_image" in p
+               for p in problems), problems
+    assert ms.k8s_problems(spec("h200", engine="vllm", image={"digest": SEED_DIGEST}), settings()) == []
+
+
+def test_unpinned_weights_are_refused():
+    problems = ms.k8s_problems(spec(weights_manifest_sha256=None), settings())
+    assert any("is not pinned: set serving_weights_manifest_sha256" in p for p in problems), problems
+    problems = ms.k8s_problems(spec(weights_revision="main"), settings())
+    assert any("is not a full commit sha" in p for p in problems), problems
+
+
+def test_the_cpu_lab_row_asks_for_no_gpu():
+    lab = spec("cpu-lab", engine="vllm", image={"digest": SEED_DIGEST})
+    objects = ms.k8s_manifests(lab, settings())
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert pod["tolerations"] == [] and pod["containers"][0]["resources"] == {}
+    # its least privilege carries over: nobody, read-only root, the tmpfs as a memory emptyDir
+    security = pod["containers"][0]["securityContext"]
+    assert security["runAsUser"] == 65534 and security["runAsNonRoot"] is True
+    assert security["readOnlyRootFilesystem"] is True and pod["securityContext"] == {"fsGroup": 65534}
+    tmp = next(v for v in pod["volumes"] if v["name"] == "tmpfs-0")
+    assert tmp == {"name": "tmpfs-0", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
+
+
+def test_the_unit_and_the_pod_share_one_argument_builder():
+    """docker_run_argv ends with exactly what the pod's container runs after its image."""
+    keyed = spec("h200", engine="vllm", image={"digest": SEED_DIGEST}, api_key="8f2c41d9e07b5a63c1f4e2d8b9a07c36", api_key_defined=True,
+                 bind_address="0.0.0.0")
+    assert keyed["auth"] and not keyed["blockers"]
+    argv = ms.docker_run_argv(keyed, config_host_path="/etc/minimax-m3/engine.yaml",
+                              config_container_path="/etc/model-server/engine.yaml")
+    image, command, args = ms.k8s_exec(keyed, ms.engine_container_args(keyed, "/etc/model-server/engine.yaml"))
+    assert command is None and argv[-len(args) - 1:] == [image] + args
+    assert args[-2:] == ["--config", "/etc/model-server/engine.yaml"]
