@@ -69,6 +69,7 @@ bench: bootstrap
 	python bench/weights_verify_bench.py
 	python bench/verify_vs_vllm_bench.py --rounds 2
 	python bench/gateway_overhead_bench.py
+	python bench/weights_fanout_bench.py
 
 lab: bootstrap images
 	@$(STAGE) lab scripts/lab.sh up
