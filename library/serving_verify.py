@@ -59,7 +59,7 @@ options:
         C(base_url) is then the gateway's https URL.
     type: list
     elements: str
-    choices: [health, models, chat, reasoning, tools, image, auth, gateway_paths, gateway_body,
+    choices: [health, models, chat, reasoning, tools, image, auth, eval, gateway_paths, gateway_body,
               gateway_max_tokens, gateway_media, gateway_tls, gateway_rate, bench]
     default: [health, models, chat, reasoning, tools, image, auth]
   capabilities:
@@ -179,6 +179,14 @@ options:
           - Reference figures C({ttft_ms, tpot_ms, source}) overriding the built-in ones of
             C(profile). Compared only when the workload equals the reference's (2048/256, 64, 128).
         type: dict
+  eval_set:
+    description:
+      - The evaluation set the C(eval) check runs (a parsed C(evals/*.yml) file, version 1), a
+        list of cases, each a prompt and machine-checkable expectations (C(contains), C(not_contains),
+        C(reasoning), C(tool_calls), C(json), C(non_empty)), passed when the share of cases that
+        pass reaches C(pass_threshold). A case outside C(capabilities) is skipped.
+      - Required when C(checks) holds C(eval); refused, naming the fix, before any request.
+    type: dict
   report_path:
     description: Write the JSON report here on the node (mode 0640; not in check mode).
     type: path
@@ -206,6 +214,13 @@ EXAMPLES = r"""
     engine: sglang
     capabilities: "{{ serving_spec.capabilities }}"
   no_log: true
+
+- name: Run the site's evaluation set after a change (every case must pass)
+  serving_verify:
+    base_url: http://127.0.0.1:30000
+    checks: [health, eval]
+    capabilities: "{{ serving_spec.capabilities }}"
+    eval_set: "{{ lookup('ansible.builtin.file', 'evals/minimax-m3.yml') | from_yaml }}"
 
 - name: Load benchmark against the published B200 figures
   serving_verify:
@@ -256,6 +271,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.serving_verify_checks import Verifier
+from ansible.module_utils.serving_verify_eval import eval_problems
 from ansible.module_utils.serving_verify_core import failure_message
 from ansible.module_utils.serving_verify_http import Client
 
@@ -304,7 +320,7 @@ def main():
             engine=dict(type="str", choices=["sglang", "vllm"], default="sglang"),
             health_path=dict(type="str", default="/health"),
             checks=dict(type="list", elements="str",
-                        choices=["health", "models", "chat", "reasoning", "tools", "image", "auth",
+                        choices=["health", "models", "chat", "reasoning", "tools", "image", "auth", "eval",
                                  "gateway_paths", "gateway_body", "gateway_max_tokens", "gateway_media",
                                  "gateway_tls", "gateway_rate", "bench"],
                         default=["health", "models", "chat", "reasoning", "tools", "image", "auth"]),
@@ -339,6 +355,7 @@ def main():
                 private_paths=dict(type="list", elements="str", default=[]),
                 blocked_media_url=dict(type="str"),
             )),
+            eval_set=dict(type="dict"),
             report_path=dict(type="path"),
             validate_certs=dict(type="bool", default=True),
         ),
@@ -359,6 +376,8 @@ def main():
             problems.append("timeouts.%s must be > 0" % key)
     if params["image_url"] and not params["image_url"].startswith(("http://", "https://")):
         problems.append("image_url must be an http(s) URL; the module sends its own data URI anyway")
+    if "eval" in params["checks"]:
+        problems += ["eval_set: " + p for p in eval_problems(params.get("eval_set"))]
     if problems:
         module.fail_json(msg="invalid options: " + "; ".join(problems), results=[], summary={})
 

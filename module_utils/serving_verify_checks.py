@@ -32,6 +32,7 @@ from ansible.module_utils.serving_verify_core import (
     url_allowed,
     validate_tool_calls,
 )
+from ansible.module_utils.serving_verify_eval import case_capability, eval_judge, eval_request
 from ansible.module_utils.serving_verify_gateway import GATEWAY_CHECKS, GatewayChecks
 
 ALL_CHECKS = ["health", "models", "chat", "reasoning", "tools", "image", "auth"] + GATEWAY_CHECKS + ["bench"]
@@ -420,6 +421,47 @@ class Verifier(GatewayChecks):
             detail += "; reference comparison skipped: %s" % comparison["reason"]
         return check_result("bench", True, detail, self.clock() - start, data=data,
                             warn=comparison["status"] == "warn")
+
+    def check_eval(self):
+        """The site's evaluation set (module_utils/serving_verify_eval.py): every case the
+        profile's capabilities allow, passed when passed / run >= pass_threshold."""
+        start = self.clock()
+        eval_set = self.p.get("eval_set") or {}
+        failed = self._need_model("eval", start)
+        if failed:
+            return failed
+        caps = self.p.get("capabilities")
+        cases = []
+        for case in eval_set["cases"]:
+            t0 = self.clock()
+            need = case_capability(case)
+            if caps is not None and need not in caps:
+                cases.append({"case": case["name"], "status": "skipped",
+                              "detail": "needs %s, outside this profile's capability boundary" % need})
+                continue
+            messages, extra = eval_request(case, TOOLS, self.p["engine"])
+            resp = self._chat(messages, max_tokens=case.get("max_tokens"), **extra)
+            if not resp.ok:
+                errors = ["chat completion: %s" % resp.describe()]
+            else:
+                errors = eval_judge(case, _message(resp), TOOLS)
+            cases.append({"case": case["name"], "status": "failed" if errors else "passed",
+                          "detail": "; ".join(errors) or "as expected", "seconds": round(self.clock() - t0, 3)})
+        ran = [c for c in cases if c["status"] != "skipped"]
+        passed = [c for c in ran if c["status"] == "passed"]
+        threshold = float(eval_set["pass_threshold"])
+        data = {"set": eval_set["name"], "version": eval_set["version"], "threshold": threshold,
+                "passed": len(passed), "ran": len(ran), "skipped": len(cases) - len(ran), "cases": cases}
+        label = "%s v%s: %d/%d cases passed (threshold %.2f)" % (
+            eval_set["name"], eval_set["version"], len(passed), len(ran), threshold)
+        if not ran:
+            return check_result("eval", False, label + "; no case is inside this profile's capabilities",
+                                self.clock() - start, diagnosis="evaluation", data=data)
+        bad = [c for c in ran if c["status"] == "failed"]
+        ok = len(passed) >= threshold * len(ran) - 1e-9
+        detail = label + ("; failed: " + "; ".join("%s: %s" % (c["case"], c["detail"]) for c in bad) if bad else "")
+        return check_result("eval", ok, detail, self.clock() - start, data=data,
+                            diagnosis=None if ok else "evaluation", warn=ok and bool(bad))
 
     def run(self, checks):
         """Run the checks in the order given (gateway_rate spends the limits client's budget for

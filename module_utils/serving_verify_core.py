@@ -144,6 +144,12 @@ DIAGNOSES = {
         "re-run the gateway role (playbooks/serve.yml) so haproxy.cfg is rendered from gateway_spec; "
         "check the client limits in gateway_clients and the media allowlist",
     ),
+    "evaluation": (
+        "the model, its revision, the image or a flag answers the site's evaluation set below its "
+        "threshold (a regression of this release)",
+        "read the failed cases in the report; compare with the release that last passed, and roll "
+        "back to it (keep the new release off until the set passes)",
+    ),
     "bench": (
         "requests failed under load (out of memory during prefill, timeouts, or a worker exited)",
         "inspect the server logs; reduce --mem-fraction-static / --chunked-prefill-size per the "

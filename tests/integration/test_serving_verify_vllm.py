@@ -34,6 +34,7 @@ import urllib.request
 import xml.etree.ElementTree as ET
 
 import pytest
+import yaml
 
 from helpers import load_source, run_playbook  # tests/ is on sys.path (pytest.ini)
 
@@ -55,6 +56,7 @@ pytestmark = pytest.mark.engine
 load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
 load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
 load_source("ansible.module_utils.serving_verify_gateway", os.path.join(ROOT, "module_utils", "serving_verify_gateway.py"))
+load_source("ansible.module_utils.serving_verify_eval", os.path.join(ROOT, "module_utils", "serving_verify_eval.py"))
 load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
 module = load_source("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
 
@@ -307,3 +309,30 @@ def test_server_stopped_mid_run_health_fails_within_timeout(engine_off):
     assert "not ready after" in res["health"]["detail"]
     assert "port" in res["health"]["fix"]
     assert "Traceback" not in json.dumps(out)
+
+
+LAB_EVAL = yaml.safe_load(open(os.path.join(ROOT, "evals", "lab-tiny-m3.yml")).read())
+
+
+def test_lab_evaluation_set_passes_on_the_real_engine(engine_on):
+    """evals/lab-tiny-m3.yml, as the lab's verify.yml runs it: every case inside cpu-lab's
+    capabilities passes (reasoning separated, '42', tool calls valid against their schemas)."""
+    code, out = run_module({"base_url": engine_on.url, "api_key": KEY, "engine": "vllm", "checks": ["eval"],
+                            "eval_set": LAB_EVAL, "capabilities": CAPS, "max_tokens": 256,
+                            "timeouts": {"request": 60}})
+    res = by_name(out)["eval"]
+    assert code == 0 and res["status"] == "passed", json.dumps(res, indent=1)
+    assert res["data"]["passed"] == res["data"]["ran"] == 6 and res["data"]["skipped"] == 1
+
+
+def test_a_case_the_model_fails_fails_the_evaluation(engine_on):
+    """The same engine with one case it cannot pass (the tiny model answers 'OK.', not 'Paris'):
+    below the threshold of 1.0, the check fails and names the case."""
+    failing = dict(LAB_EVAL, cases=LAB_EVAL["cases"] + [
+        {"name": "capital", "prompt": "Say OK.", "expect": {"contains": ["Paris"]}}])
+    code, out = run_module({"base_url": engine_on.url, "api_key": KEY, "engine": "vllm", "checks": ["eval"],
+                            "eval_set": failing, "capabilities": CAPS, "max_tokens": 256,
+                            "timeouts": {"request": 60}})
+    res = by_name(out)["eval"]
+    assert code == 1 and res["status"] == "failed"
+    assert "6/7 cases passed (threshold 1.00); failed: capital: content does not contain 'Paris'" in res["detail"]
