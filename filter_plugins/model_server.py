@@ -501,7 +501,7 @@ def k8s_manifests(spec, settings):
         if spec.get("msa_warmup") and s.get("msa_gate_command"):
             gate_image, gate_command, gate_args = k8s_exec(spec, invocation(spec, s["msa_gate_command"]))
             gate = {"name": "msa-gate", "image": gate_image, "args": gate_args,
-                    "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}] + env[1:],
+                    "env": list(env),
                     "resources": gpus,
                     "volumeMounts": [m for m in mounts if m["name"] in ("jit-cache", "shm")],
                     "securityContext": security}
