@@ -70,9 +70,16 @@ def jit_cache_args(spec, host_dir):
     if not host_dir or not cache.get("container_dir"):
         return []
     argv = ["-v", "%s:%s" % (host_dir, cache["container_dir"])]
-    for key in sorted(cache.get("env") or {}):
-        argv += ["-e", "%s=%s" % (key, cache["env"][key])]
+    for key, value in jit_cache_env(spec):
+        argv += ["-e", "%s=%s" % (key, value)]
     return argv
+
+
+def jit_cache_env(spec):
+    """[(name, value)] of the variables that point the kernels' JIT caches into the cache
+    directory, sorted (the unit's -e and the pod's env)."""
+    env = (spec.get("jit_cache") or {}).get("env") or {}
+    return [(key, str(env[key])) for key in sorted(env)]
 
 
 def hardening_args(container):
@@ -98,13 +105,19 @@ def hardening_args(container):
     return args
 
 
-def _env_args(spec):
-    """-e HF_HUB_OFFLINE=1, then the entry's and the container's environment, sorted."""
+def engine_env(spec):
+    """[(name, value)]: HF_HUB_OFFLINE=1, then the entry's and the container's environment,
+    sorted (the unit's -e and the pod's env)."""
     env = dict(spec.get("env") or {})
     env.update((spec.get("container") or {}).get("env") or {})
-    argv = ["-e", "HF_HUB_OFFLINE=1"]
-    for key in sorted(env):
-        argv += ["-e", "%s=%s" % (key, env[key])]
+    return [("HF_HUB_OFFLINE", "1")] + [(key, str(env[key])) for key in sorted(env)]
+
+
+def _env_args(spec):
+    """-e NAME=VALUE for each of engine_env."""
+    argv = []
+    for key, value in engine_env(spec):
+        argv += ["-e", "%s=%s" % (key, value)]
     return argv
 
 
@@ -319,8 +332,8 @@ def _k8s_string_map(value, where, problems):
         return
     for key, item in value.items():
         _k8s_str(key, "%s key" % where, problems, _LABEL_KEY, "a label key (example.com/name)")
-        _k8s_str(item if item != "" else "x", "%s[%s]" % (where, key), problems, _LABEL_VALUE,
-                 "a label value (63 characters of [A-Za-z0-9_.-])")
+        _k8s_str(item, "%s[%s]" % (where, key), problems, _LABEL_VALUE,
+                 "a label value (63 characters of [A-Za-z0-9_.-])", optional=item == "")
 
 
 def k8s_problems(spec, settings):
@@ -452,10 +465,7 @@ def k8s_manifests(spec, settings):
     image, command, args = k8s_exec(spec, engine_container_args(spec, config_path))
     container_cfg = spec.get("container") or {}
 
-    env = [{"name": "HF_HUB_OFFLINE", "value": "1"}]
-    merged = dict(spec.get("env") or {})
-    merged.update(container_cfg.get("env") or {})
-    env += [{"name": k, "value": str(merged[k])} for k in sorted(merged)]
+    env = [{"name": k, "value": v} for k, v in engine_env(spec)]
 
     security = {"allowPrivilegeEscalation": not container_cfg.get("no_new_privileges"),
                 "privileged": False,
@@ -494,8 +504,7 @@ def k8s_manifests(spec, settings):
              "volumeMounts": [{"name": "weights", "mountPath": "/weights", "readOnly": True}],
              "securityContext": dict(security, capabilities={"drop": ["ALL"], "add": []})}]
     if jit.get("container_dir"):
-        jit_env = [{"name": k, "value": str(jit["env"][k])} for k in sorted(jit.get("env") or {})]
-        env += jit_env
+        env += [{"name": k, "value": v} for k, v in jit_cache_env(spec)]
         volumes.append({"name": "jit-cache", "emptyDir": {"sizeLimit": s["jit_cache_size"]}})
         mounts.append({"name": "jit-cache", "mountPath": jit["container_dir"]})
         if spec.get("msa_warmup") and s.get("msa_gate_command"):

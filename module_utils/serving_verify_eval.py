@@ -142,8 +142,8 @@ def case_capability(case):
 
 def eval_request(case, default_tools, engine):
     """(messages, extra request fields) of a case."""
-    messages = image_messages(png_data_uri()) if case.get("image") else []
     if case.get("image"):
+        messages = image_messages(png_data_uri())
         messages[0]["content"][0]["text"] = case["prompt"]
     else:
         messages = [{"role": "user", "content": case["prompt"]}]
