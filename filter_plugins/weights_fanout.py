@@ -14,7 +14,11 @@ rsync daemons with them):
                     verification, or has not finished, is never one;
   fanout_plan       every wave, assuming each pull verifies (what an operator reviews; the run
                     re-plans each wave from what really verified);
-  fanout_problems   refusals of the inputs, each naming the fix.
+  fanout_problems   refusals of the inputs, each naming the fix;
+  fanout_groups     the racks (or fabrics) the inventory names, as the groups the others take.
+
+Role weights_sync (tasks/fanout.yml, tasks/wave.yml) runs the waves with them when
+weights_sync_fanout is on.
 """
 from __future__ import annotations
 
@@ -126,17 +130,30 @@ def fanout_plan(nodes, staging_slots=2, node_slots=1, groups=None):
     return waves
 
 
+def fanout_groups(racks):
+    """{rack: [nodes]} from [[node, rack], ...] (each node's weights_sync_fanout_rack, in
+    inventory order); a node with an empty rack is in no group. None when no node names one."""
+    groups = {}
+    for node, rack in racks:
+        if rack not in (None, ""):
+            groups.setdefault(str(rack), []).append(node)
+    return groups or None
+
+
 def fanout_staging_pulls(waves):
     """How many pulls staging serves in a plan."""
     return sum(1 for wave in waves for pull in wave if pull["source"] == STAGING)
 
 
 class FilterModule(object):
-    """weights_fanout_plan, weights_fanout_next_wave, weights_fanout_problems."""
+    """weights_fanout_plan, weights_fanout_next_wave, weights_fanout_problems, weights_fanout_groups,
+    weights_fanout_staging_pulls."""
 
     def filters(self):
         return {
             "weights_fanout_plan": fanout_plan,
             "weights_fanout_next_wave": fanout_next_wave,
             "weights_fanout_problems": fanout_problems,
+            "weights_fanout_groups": fanout_groups,
+            "weights_fanout_staging_pulls": fanout_staging_pulls,
         }

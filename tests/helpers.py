@@ -90,3 +90,44 @@ def http_files(served):
             srv.server_close()
 
     return running()
+
+
+def rsync_daemon(conf_dir, root, password, module_lines=""):
+    """A real rsync daemon on loopback serving `root` as module `weights` the way
+    roles/weights_sync's does (user `weights` with a password, read-only, only 127.0.0.1), plus
+    module_lines. A context manager giving the port."""
+    import contextlib
+    import socket
+    import subprocess
+    import time
+
+    @contextlib.contextmanager
+    def running():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.makedirs(conf_dir, exist_ok=True)
+        secrets = os.path.join(conf_dir, "rsyncd.secrets")
+        with open(secrets, "w") as f:
+            f.write("weights:%s\n" % password)
+        os.chmod(secrets, 0o600)
+        conf = os.path.join(conf_dir, "rsyncd.conf")
+        with open(conf, "w") as f:
+            f.write("use chroot = no\npid file = %s/rsyncd.pid\nlog file = %s/rsyncd.log\n"
+                    "[weights]\npath = %s\nread only = yes\nuid = root\ngid = root\n"
+                    "auth users = weights\nsecrets file = %s\nhosts allow = 127.0.0.1\nhosts deny = *\n%s"
+                    % (conf_dir, conf_dir, root, secrets, module_lines))
+        daemon = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1",
+                                   "--port=%d" % port, "--config=%s" % conf])
+        try:
+            for _ in range(100):
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.05)
+            yield port
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=10)
+
+    return running()

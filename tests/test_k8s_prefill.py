@@ -8,10 +8,8 @@ import hashlib
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -20,6 +18,7 @@ sys.path.insert(0, str(ROOT / "filter_plugins"))
 sys.path.insert(0, str(ROOT))
 
 import model_server as ms  # noqa: E402
+from helpers import rsync_daemon  # noqa: E402
 from module_utils.weights_common import format_manifest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed "
@@ -31,12 +30,6 @@ FILES = {"config.json": b'{"model_type": "minimax_m3"}\n',
          "model-00001-of-00002.safetensors": os.urandom(300_000),
          "model-00002-of-00002.safetensors": os.urandom(200_000),
          "tokenizer/tokenizer.json": b'{"version": "1.0"}\n'}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_staging(root, files):
@@ -55,32 +48,13 @@ def write_staging(root, files):
 def staging(tmp_path):
     root = tmp_path / "staging"
     pin = write_staging(root, FILES)
-    conf_dir = tmp_path / "rsyncd"
-    conf_dir.mkdir()
-    secrets = conf_dir / "rsyncd.secrets"
-    secrets.write_text("weights:%s\n" % PASSWORD)
-    secrets.chmod(0o600)
-    port = free_port()
-    (conf_dir / "rsyncd.conf").write_text(
-        "use chroot = no\npid file = %s/rsyncd.pid\nlog file = %s/rsyncd.log\n"
-        "[weights]\npath = %s\nread only = yes\nuid = root\ngid = root\n"
-        "auth users = weights\nsecrets file = %s\nhosts allow = 127.0.0.1\nhosts deny = *\n"
-        % (conf_dir, conf_dir, root, secrets))
-    daemon = subprocess.Popen(["rsync", "--daemon", "--no-detach", "--address=127.0.0.1",
-                               "--port=%d" % port, "--config=%s" % (conf_dir / "rsyncd.conf")])
-    for _ in range(100):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
     pw = tmp_path / "rsync.password"
     pw.write_text(PASSWORD + "\n")
     pw.chmod(0o600)
     volume = tmp_path / "volume"
     volume.mkdir()
-    yield {"root": root, "port": port, "pin": pin, "pw": pw, "volume": volume}
-    daemon.terminate()
-    daemon.wait(timeout=10)
+    with rsync_daemon(str(tmp_path / "rsyncd"), str(root), PASSWORD) as port:
+        yield {"root": root, "port": port, "pin": pin, "pw": pw, "volume": volume}
 
 
 def prefill(staging, pin=None):

@@ -22,7 +22,8 @@ def nodes(n):
 
 def test_filters_registered():
     assert set(wf.FilterModule().filters()) == {
-        "weights_fanout_plan", "weights_fanout_next_wave", "weights_fanout_problems"}
+        "weights_fanout_plan", "weights_fanout_next_wave", "weights_fanout_problems", "weights_fanout_groups",
+        "weights_fanout_staging_pulls"}
 
 
 @pytest.mark.parametrize("n,waves", [(1, 1), (2, 1), (4, 2), (8, 3), (16, 4), (64, 6), (100, 7)])
@@ -95,3 +96,14 @@ def test_a_node_in_two_racks_is_refused():
     problems = wf.fanout_problems(["a1"], 2, 1, {"rack-a": ["a1"], "rack-b": ["a1"]})
     assert problems == ["node a1 is in weights_sync_fanout_groups rack-a and rack-b: put it in one."]
     assert "must map a group name" in wf.fanout_problems(["a1"], 2, 1, {"rack-a": "a1"})[0]
+
+
+def test_groups_from_the_inventory_racks():
+    racks = [["n1", "r1"], ["n2", ""], ["n3", "r2"], ["n4", "r1"], ["n5", None]]
+    assert wf.fanout_groups(racks) == {"r1": ["n1", "n4"], "r2": ["n3"]}
+
+
+def test_no_rack_named_is_no_grouping():
+    assert wf.fanout_groups([["n1", ""], ["n2", None]]) is None
+    assert wf.fanout_plan(["n1", "n2"], 1, 1, wf.fanout_groups([["n1", ""], ["n2", ""]])) == \
+        wf.fanout_plan(["n1", "n2"], 1, 1)
