@@ -81,6 +81,19 @@ case "${1:-up}" in
     $stage lab-checks ansible-playbook "${inv[@]}" lab/checks.yml > "$checks_log" 2>&1 \
       || { why "$checks_log"; echo "lab: lab/checks.yml failed, see $checks_log" >&2; exit 1; }
     cat reports/lab/checks.txt
+    # What each node runs now (playbooks/status.yml): the release its history records, health,
+    # and the verification just made on it. A node without a release or not answering fails.
+    status_log=reports/lab/status-$(date -u +%Y%m%dT%H%M%SZ).log
+    $stage lab-status ansible-playbook "${inv[@]}" playbooks/status.yml > "$status_log" 2>&1 \
+      || { why "$status_log"; echo "lab: playbooks/status.yml failed, see $status_log" >&2; exit 1; }
+    python3 - reports/status/status.json <<'PY'
+import json, sys
+nodes = json.load(open(sys.argv[1]))
+for n in nodes:
+    print("== status:", n["line"])
+bad = [n["node"] for n in nodes if not n["release"] or n["health_status"] != 200 or "(this release)" not in n["verification"]]
+sys.exit("lab: no release recorded, no health or no verification of this release on: %s" % ", ".join(bad) if bad else 0)
+PY
     ;;
   drill)
     # The drill on a running lab (lab/drill.yml): kill the engine container, MM3EngineDown fires
