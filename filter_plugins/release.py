@@ -65,8 +65,60 @@ def release_status(node, entries, health_status, report=None, wanted_revision=No
             "health_status": health_status or 0, "verification": verification, "drift": drift, "line": line}
 
 
+def release_kept_mismatch(expected, found):
+    """The kept files of a release that are missing or changed: the names of `expected`
+    ({name: sha256} from the history) whose `found` sha256 ({name: sha256 or ''}) differs. Pure."""
+    found = found or {}
+    return sorted(name for name, digest in (expected or {}).items() if found.get(name) != digest)
+
+
+def _gb(n):
+    return "%.1f GB" % (float(n or 0) / 1e9)
+
+
+def rollout_problems(nodes, serial, upstreams=0):
+    """Why a rollout must not start, as lines naming the fix ([] = go). Pure.
+
+    nodes: one dict per target {node, blockers, changes (what would change: plan-host's list),
+    start (its release entry now, {} for none), needs_transfer (the new revision is not verified on
+    it yet), free_bytes / need_bytes (free on the weights filesystem / the revision's size plus
+    margin), staging_verified (the target revision's marker on staging: True, False, or None when
+    there is no staging host)}; serial: the batch size; upstreams: the fleet gateway's upstreams
+    (0 when there is no fleet gateway)."""
+    problems = []
+    try:
+        batch = int(serial)
+    except (TypeError, ValueError):
+        batch = 0
+    if batch < 1 or str(serial).strip() != str(batch):
+        problems.append("rollout_serial is %r: set a whole number of nodes per batch, at least 1" % (serial,))
+    elif upstreams and batch >= int(upstreams):
+        problems.append(
+            "rollout_serial %d would take every one of the fleet gateway's %d upstreams out at once: "
+            "set rollout_serial to at most %d" % (batch, int(upstreams), int(upstreams) - 1))
+    for n in nodes:
+        for b in n.get("blockers") or []:
+            problems.append("%s: %s" % (n["node"], b))
+        if n.get("changes") and not n.get("start"):
+            problems.append("%s: no release recorded to come back to (run playbooks/serve.yml once; a rollout "
+                            "changes a node that serves)" % n["node"])
+        if n.get("changes") and n.get("needs_transfer") and int(n.get("free_bytes") or 0) < int(n.get("need_bytes") or 0):
+            problems.append(
+                "%s: no room for two revisions: %s free on the weights filesystem, the new revision needs %s "
+                "beside the one serving; free space there (or prune old revisions with playbooks/weights.yml)"
+                % (n["node"], _gb(n.get("free_bytes")), _gb(n.get("need_bytes"))))
+        if n.get("changes") and n.get("needs_transfer") and n.get("staging_verified") is False:
+            problems.append("%s: the target revision is not verified on staging: run playbooks/weights.yml for it "
+                            "(staging downloads, checks it against the pinned manifest and marks it) first" % n["node"])
+    if nodes and not problems and not any(n.get("changes") for n in nodes):
+        problems.append("nothing to roll out: every target already runs what the inventory says (change the "
+                        "revision, image digest, flags, tuning or key first; playbooks/plan.yml shows the difference)")
+    return problems
+
+
 class FilterModule(object):
-    """release_entries, release_status."""
+    """release_entries, release_status, release_kept_mismatch, rollout_problems."""
 
     def filters(self):
-        return {"release_entries": release_entries, "release_status": release_status}
+        return {"release_entries": release_entries, "release_status": release_status,
+                "release_kept_mismatch": release_kept_mismatch, "rollout_problems": rollout_problems}

@@ -6,13 +6,13 @@
 # tests and their assertion lines; otherwise the last lines. Usage: scripts/why.sh LOG
 set -uo pipefail
 log=$1
-clean() { sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e 's/^ *[│|] \{0,1\}//' "$log"; }
+clean() { sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e 's/^ *\(│\||\) \{0,1\}//' "$log"; }
 out=$(clean | awk '
   /(fatal|failed): \[/ { block = ""; n = 25 }
   n > 0 { block = block $0 "\n"; n-- }
   /^PLAY RECAP/ { recap = 1; next }
   recap && /failed=[1-9]/ { found = block }
-  recap && !/ok=/ { recap = 0 }
+  recap && /^[[:space:]]*$/ { recap = 0 }
   END { printf "%s", found }')
 if [ -z "$out" ]; then
   out=$(clean | grep -E '^(FAILED|ERROR) [^-]|^E  |^_{3,} .* _{3,}$' | tail -n 40)

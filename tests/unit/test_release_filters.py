@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from helpers import load_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,3 +53,57 @@ def test_drift_after_a_rollback_names_both_ways_out():
 def test_no_history():
     st = rel.release_status("node3", [], 0)
     assert st["release"] is None and "no release recorded" in st["line"]
+
+
+GOOD = {"node": "node1", "blockers": [], "changes": ["the unit"], "start": {"id": "aaaa"},
+        "needs_transfer": True, "free_bytes": 10**12, "need_bytes": 5 * 10**11, "staging_verified": True}
+
+
+def test_a_rollout_with_a_change_goes():
+    assert rel.rollout_problems([GOOD, dict(GOOD, node="node2", changes=[])], 1, upstreams=2) == []
+
+
+def test_a_rollout_with_no_change_is_refused():
+    probs = rel.rollout_problems([dict(GOOD, changes=[]), dict(GOOD, node="node2", changes=[])], 1)
+    assert len(probs) == 1 and probs[0].startswith("nothing to roll out") and "playbooks/plan.yml" in probs[0]
+
+
+def test_a_batch_that_empties_the_gateway_pool_is_refused():
+    probs = rel.rollout_problems([GOOD], 2, upstreams=2)
+    assert probs == ["rollout_serial 2 would take every one of the fleet gateway's 2 upstreams out at once: "
+                     "set rollout_serial to at most 1"]
+    assert rel.rollout_problems([GOOD], 2, upstreams=0) == []     # no fleet gateway: no pool to empty
+
+
+@pytest.mark.parametrize("serial", [0, -1, "two", "1.5", None])
+def test_a_batch_size_that_is_not_a_whole_number_is_refused(serial):
+    assert "set a whole number of nodes per batch" in rel.rollout_problems([GOOD], serial)[0]
+
+
+def test_no_room_for_two_revisions_is_refused_with_the_numbers():
+    probs = rel.rollout_problems([dict(GOOD, free_bytes=2 * 10**11)], 1)
+    assert probs == ["node1: no room for two revisions: 200.0 GB free on the weights filesystem, the new revision "
+                     "needs 500.0 GB beside the one serving; free space there (or prune old revisions with "
+                     "playbooks/weights.yml)"]
+    # already on the node (verified): no transfer, no room needed
+    assert rel.rollout_problems([dict(GOOD, free_bytes=0, needs_transfer=False)], 1) == []
+
+
+def test_a_revision_not_verified_on_staging_is_refused():
+    probs = rel.rollout_problems([dict(GOOD, staging_verified=False)], 1)
+    assert len(probs) == 1 and "not verified on staging" in probs[0]
+    assert rel.rollout_problems([dict(GOOD, staging_verified=None)], 1) == []   # no staging host in the inventory
+
+
+def test_a_node_without_a_release_or_with_a_blocker_is_refused():
+    probs = rel.rollout_problems([dict(GOOD, start={}), dict(GOOD, node="node2", blockers=["bad port"])], 1)
+    assert probs == ["node1: no release recorded to come back to (run playbooks/serve.yml once; a rollout changes "
+                     "a node that serves)", "node2: bad port"]
+
+
+def test_kept_files_missing_or_changed_are_named():
+    expected = {"minimax-m3.service": "1" * 64, "docker-run.cmd": "2" * 64, "engine.yaml": "3" * 64}
+    assert rel.release_kept_mismatch(expected, dict(expected)) == []
+    assert rel.release_kept_mismatch(expected, {"minimax-m3.service": "1" * 64, "docker-run.cmd": "9" * 64,
+                                                "engine.yaml": ""}) == ["docker-run.cmd", "engine.yaml"]
+    assert rel.release_kept_mismatch(expected, {}) == sorted(expected)
