@@ -72,6 +72,28 @@ def release_kept_mismatch(expected, found):
     return sorted(name for name, digest in (expected or {}).items() if found.get(name) != digest)
 
 
+def release_rollback_target(entries, to_id=""):
+    """The entry a rollback returns to, or {} when there is none. Pure.
+
+    With to_id (rollout.yml's automatic rollback): the newest entry of that release. Otherwise the
+    newest entry before the current one that is another release and was not itself rolled back
+    from (an entry followed by a `rollback` entry failed once: going "back" to it would repeat the
+    failure), so after an automatic rollback, rollback.yml goes to the release before the bad one."""
+    entries = list(entries or [])
+    if to_id:
+        found = [e for e in entries if e.get("id") == to_id]
+        return found[-1] if found else {}
+    if len(entries) < 2:
+        return {}
+    current = entries[-1]["id"]
+    for i in range(len(entries) - 2, -1, -1):
+        entry = entries[i]
+        left_by_rollback = entries[i + 1].get("result") == "rollback"
+        if entry["id"] != current and not left_by_rollback:
+            return entry
+    return {}
+
+
 def _gb(n):
     return "%.1f GB" % (float(n or 0) / 1e9)
 
@@ -117,8 +139,9 @@ def rollout_problems(nodes, serial, upstreams=0):
 
 
 class FilterModule(object):
-    """release_entries, release_status, release_kept_mismatch, rollout_problems."""
+    """release_entries, release_status, release_kept_mismatch, release_rollback_target, rollout_problems."""
 
     def filters(self):
         return {"release_entries": release_entries, "release_status": release_status,
-                "release_kept_mismatch": release_kept_mismatch, "rollout_problems": rollout_problems}
+                "release_kept_mismatch": release_kept_mismatch, "release_rollback_target": release_rollback_target,
+                "rollout_problems": rollout_problems}

@@ -110,6 +110,22 @@ PY
       done
     done
     ;;
+  rollout)
+    # The release drill on a running lab (lab/rollout.yml): a tuning change rolled out, a release
+    # whose checks cannot pass rolled back automatically, then rollback.yml to the first release
+    # with the weights unchanged; reports/rollout/summary.json.
+    rollout_log=reports/lab/rollout-$(date -u +%Y%m%dT%H%M%SZ).log
+    $stage lab-rollout-run ansible-playbook "${inv[@]}" lab/rollout.yml > "$rollout_log" 2>&1 \
+      || { why "$rollout_log"; echo "lab: lab/rollout.yml failed, see $rollout_log" >&2; exit 1; }
+    python3 - reports/rollout/summary.json <<'PY'
+import json, sys
+good, bad, back = json.load(open(sys.argv[1]))
+g, b = good["nodes"][0], bad["nodes"][0]
+print("== release drill, good rollout: %s %s -> %s in %s s (%s)" % (g["node"], g["from"], g["to"], g["seconds"], ", ".join(g["changes"])))
+print("== release drill, bad rollout: %s %s, restored %s in %s s: %s" % (b["node"], b["result"], b["restored"], b["seconds"], b["failed"]))
+print("== release drill, rollback.yml: %s back on %s (%s) in %s, weights changed by %d bytes" % (back["node"], back["restored"], back["result"], back["seconds"], back["weights_bytes_changed"]))
+PY
+    ;;
   down)
     ids=$(docker ps -aq --filter label=org.mm3.lab=true)
     [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
@@ -120,5 +136,5 @@ PY
     rm -f inventories/lab/group_vars/all/lab_image.yml inventories/lab/group_vars/all/lab_network.yml
     echo "lab: removed $(echo $ids | wc -w) containers, $(echo $nets | wc -w) networks (and their anonymous volumes)"
     ;;
-  *) echo "usage: $0 up|drill|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|drill|rollout|down" >&2; exit 2 ;;
 esac

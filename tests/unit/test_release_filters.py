@@ -107,3 +107,20 @@ def test_kept_files_missing_or_changed_are_named():
     assert rel.release_kept_mismatch(expected, {"minimax-m3.service": "1" * 64, "docker-run.cmd": "9" * 64,
                                                 "engine.yaml": ""}) == ["docker-run.cmd", "engine.yaml"]
     assert rel.release_kept_mismatch(expected, {}) == sorted(expected)
+
+
+def _e(i, result="serving"):
+    return {"id": i, "result": result}
+
+
+def test_rollback_target_is_the_newest_earlier_release_not_rolled_back_from():
+    t = rel.release_rollback_target
+    assert t([]) == {} and t([_e("a")]) == {}
+    assert t([_e("a"), _e("b")])["id"] == "a"
+    assert t([_e("a"), _e("b"), _e("a")])["id"] == "b"
+    # after an automatic rollback from "bad": back to the release before the one restored
+    assert t([_e("orig"), _e("good"), _e("bad"), _e("good", "rollback")])["id"] == "orig"
+    assert t([_e("a"), _e("b", "rollback")]) == {}   # "a" was the release rolled back from
+    # the release of a rollout's start, by id: its newest entry
+    hist = [_e("a"), _e("b"), _e("a"), _e("c")]
+    assert t(hist, "a") is hist[2] and t(hist, "zzz") == {}
