@@ -344,13 +344,18 @@ def private_paths(engine=None):
     return list(ENGINE_PRIVATE_PATHS)
 
 
+def pool_name(node):
+    """The server name a node has in a fleet gateway's pool (backend mm3_engines)."""
+    return re.sub(r"[^a-z0-9_.-]", "-", str(node).lower())
+
+
 def fleet_upstreams(nodes, hostvars):
     """A fleet gateway's upstreams: every serving node's own gateway, over TLS, at the node's
     gateway_node_address (default: its inventory name) and gateway_port (default 8443)."""
     result = []
     for node in nodes:
         node_vars = hostvars[node]
-        result.append({"name": re.sub(r"[^a-z0-9_.-]", "-", str(node).lower()),
+        result.append({"name": pool_name(node),
                        "address": node_vars.get("gateway_node_address") or str(node),
                        "port": node_vars.get("gateway_port") or 8443, "tls": True})
     return result
@@ -362,7 +367,8 @@ def gateway_keys_map(spec):
 
 
 class FilterModule(object):
-    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_key_digest, gateway_private_paths."""
+    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_key_digest, gateway_private_paths,
+    gateway_fleet_upstreams, gateway_pool_name."""
 
     def filters(self):
         return {
@@ -372,4 +378,5 @@ class FilterModule(object):
             "gateway_key_digest": key_digest,
             "gateway_private_paths": private_paths,
             "gateway_fleet_upstreams": fleet_upstreams,
+            "gateway_pool_name": pool_name,
         }

@@ -7,8 +7,15 @@ A STAND-IN for MiniMaxAI/MiniMax-M3-MXFP8: the same kinds of files as the real r
 444 GB. Fixed author/committer and dates make the commit sha identical on every machine, so
 the lab inventory pins it like a real revision.
 
-usage: make_lab_repo.py SOURCE_DIR REPO_DIR      (prints the commit sha)
+usage: make_lab_repo.py SOURCE_DIR REPO_DIR              (prints the commit sha)
+       make_lab_repo.py SOURCE_DIR REPO_DIR --revision 2 (publishes the second revision on top)
+
+The second revision (lab/rollout.yml publishes it for the release drill) is what a model
+repository's next commit often is: the same weights with an updated model card and generation
+defaults (here max_new_tokens, which the engine reads as its default output cap). Its commit is
+as reproducible as the first, so inventories/lab pins it too (lab_rollout_revision).
 """
+import json
 import os
 import shutil
 import subprocess
@@ -27,17 +34,46 @@ MODEL_TYPE = "llama"
 '''
 
 
-def git(repo, *args):
+CARD_2 = """
+## Revision 2 (lab release drill)
+
+Same weights as revision 1. generation_config.json caps a default generation at 256 new tokens.
+"""
+
+
+def git(repo, *args, date="2026-06-01T00:00:00Z"):
     env = dict(os.environ, GIT_AUTHOR_NAME="mm3-lab", GIT_AUTHOR_EMAIL="lab@example.invalid",
                GIT_COMMITTER_NAME="mm3-lab", GIT_COMMITTER_EMAIL="lab@example.invalid",
-               GIT_AUTHOR_DATE="2026-06-01T00:00:00Z", GIT_COMMITTER_DATE="2026-06-01T00:00:00Z")
+               GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
     return subprocess.run(["git", "-C", repo, *args], check=True, env=env,
                           capture_output=True, text=True).stdout.strip()
 
 
+def second_revision(repo):
+    """Commit revision 2 on top of revision 1 (once: a repository already there is left as is)."""
+    if git(repo, "rev-list", "--count", "HEAD") != "1":
+        return
+    with open(os.path.join(repo, "README.md"), "a") as f:
+        f.write(CARD_2)
+    path = os.path.join(repo, "generation_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["max_new_tokens"] = 256
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "tiny-m3: model card, default max_new_tokens", date="2026-07-01T00:00:00Z")
+
+
 def main():
     source, repo = sys.argv[1], sys.argv[2]
+    revision = sys.argv[4] if len(sys.argv) == 5 and sys.argv[3] == "--revision" else "1"
+    if revision not in ("1", "2"):
+        sys.exit("usage: make_lab_repo.py SOURCE_DIR REPO_DIR [--revision 2]")
     if os.path.isdir(os.path.join(repo, ".git")):
+        if revision == "2":
+            second_revision(repo)
         print(git(repo, "rev-parse", "HEAD"))
         return
     os.makedirs(repo)
@@ -55,6 +91,8 @@ def main():
             f.write(text)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "tiny-m3: lab stand-in for MiniMax-M3")
+    if revision == "2":
+        second_revision(repo)
     print(git(repo, "rev-parse", "HEAD"))
 
 

@@ -128,6 +128,9 @@ def test_fleet_upstreams_from_the_inventory(pems):
     assert ups == [{"name": "gpu-node-01", "address": "GPU-Node-01", "port": 8443, "tls": True},
                    {"name": "n2", "address": "10.0.0.2", "port": 9443, "tls": True}]
     assert resolve(pems, upstreams=ups)["blockers"] == []
+    # rollout.yml and rollback.yml drain a node by this name: the one its upstream got.
+    assert [gateway.pool_name(n) for n in ["GPU-Node-01", "n2"]] == [u["name"] for u in ups]
+    assert gateway.pool_name("Rack 3/Node_7") == "rack-3-node_7"
     mixed = ups + [{"name": "engine", "address": "127.0.0.1", "port": 30000}]
     assert any("mixes TLS and plain" in b for b in resolve(pems, upstreams=mixed)["blockers"])
 
