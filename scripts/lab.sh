@@ -10,9 +10,9 @@
 #   rollout-fleet  the two-node release drill through a fleet gateway (lab/rollout-fleet.yml;
 #         in progress, not in CI yet)
 # LAB_NODES=2 adds node2 and a fleet gateway on staging (inventories/lab/node2.yml).
-# LAB_EXPECT_NO_CHANGES=1 fails unless site.yml reports changed=0 on every host (CI runs the lab twice, the second time with it). After site.yml, the plan is
-# compared with every lab node (plan.yml -e plan_hosts=nodes, check mode): it must say
-# "no change" for each, i.e. the plan an operator reviews is what the nodes run.
+# LAB_EXPECT_NO_CHANGES=1 fails unless site.yml reports changed=0 on every host (CI runs the
+# lab twice, the second time with it). After site.yml, the plan is compared with every lab
+# node (plan.yml -e plan_hosts=nodes, check mode): it must say "no change" for each, i.e. the plan an operator reviews is what the nodes run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -130,8 +130,8 @@ print("== release drill, rollback.yml: %s back on %s (%s) in %s, weights changed
 PY
     ;;
   rollout-fleet)
-    # IN PROGRESS (not yet passing, not in CI): the release drill on the running two-node lab (lab/rollout-fleet.yml): revision 2 rolled out
-    # through the fleet gateway with a background client counting failed requests, a release
+    # IN PROGRESS (not yet passing, not in CI): the release drill on the running two-node lab
+    # (lab/rollout-fleet.yml): revision 2 rolled out through the fleet gateway with a background client counting failed requests, a release
     # whose checks cannot pass rolled back automatically on node1 (node2 untouched), then
     # rollback.yml to revision 1 with the weights unchanged; reports/rollout/summary.json.
     docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep -q . || {
