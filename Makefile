@@ -22,7 +22,8 @@ help:
 	@echo "make test      lint, unit/golden tests and every Molecule scenario"
 	@echo "make lab-drill on a running lab: kill the engine (the alert fires, resolves), diagnose three cases"
 	@echo "make lab-rollout on a running lab: a good rollout, a bad one rolled back, rollback.yml (no transfer)"
-	@echo "make lab-rollout-fleet on a running LAB_NODES=2 lab: the release drill through a fleet gateway (in progress)"
+	@echo "make lab-rollout-fleet on a running LAB_NODES=2 lab: the release drill through a fleet gateway, counting"
+	@echo "               failed requests (by hand: not in CI's budget)"
 	@echo "make lab-down  remove every container, network and volume the lab created"
 
 setup: bootstrap images

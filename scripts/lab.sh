@@ -8,7 +8,7 @@
 #         and nothing else (images stay as a cache).
 #   rollout the release drill on a running lab (lab/rollout.yml)
 #   rollout-fleet  the two-node release drill through a fleet gateway (lab/rollout-fleet.yml;
-#         in progress, not in CI yet)
+#         on a LAB_NODES=2 lab, by hand: not in CI's budget)
 # LAB_NODES=2 adds node2 and a fleet gateway on staging (inventories/lab/node2.yml).
 # LAB_EXPECT_NO_CHANGES=1 fails unless site.yml reports changed=0 on every host (CI runs the
 # lab twice, the second time with it). After site.yml, the plan is compared with every lab
@@ -130,10 +130,11 @@ print("== release drill, rollback.yml: %s back on %s (%s) in %s, weights changed
 PY
     ;;
   rollout-fleet)
-    # IN PROGRESS (not yet passing, not in CI): the release drill on the running two-node lab
-    # (lab/rollout-fleet.yml): revision 2 rolled out through the fleet gateway with a background client counting failed requests, a release
-    # whose checks cannot pass rolled back automatically on node1 (node2 untouched), then
-    # rollback.yml to revision 1 with the weights unchanged; reports/rollout/summary.json.
+    # The release drill on the running two-node lab (lab/rollout-fleet.yml; by hand, not in CI's
+    # budget): revision 2 rolled out through the fleet gateway while a background client counts
+    # failed requests, a release whose checks cannot pass rolled back automatically on node1
+    # (node2 untouched), then rollback.yml to revision 1 with the weights unchanged, no failed
+    # request in any step; reports/rollout/summary.json.
     docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep -q . || {
       echo "lab: make lab-rollout-fleet runs on the two-node lab (node2 and a fleet gateway on staging): run LAB_NODES=2 make lab first" >&2
       exit 2
