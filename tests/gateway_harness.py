@@ -43,6 +43,8 @@ class RecordingUpstream(object):
     def __init__(self, delay=0.0):
         self.requests = []
         self.delay = delay
+        # What /health answers: a test sets 503 for an engine that is (re)starting.
+        self.health_status = 200
         self.port = free_port()
         owner = self
 
@@ -59,6 +61,11 @@ class RecordingUpstream(object):
                                        "headers": dict(self.headers), "body": body})
                 if owner.delay and self.path != "/health":
                     time.sleep(owner.delay)
+                if self.path == "/health" and owner.health_status != 200:
+                    self.send_response(owner.health_status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 try:
                     stream = json.loads(body or b"{}").get("stream")
                 except (ValueError, AttributeError):

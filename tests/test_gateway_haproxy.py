@@ -263,6 +263,75 @@ def test_fleet_gateway_balances_over_node_gateways_drains_and_survives_a_dead_no
         assert "node1" in _down_servers(fleet_dir)
 
 
+
+def test_a_node_goes_back_into_the_fleet_pool_only_once_its_own_gateway_routes_to_its_engine(tmp_path, site_ca):
+    """playbooks/tasks/rollout-pool.yml (state enabled), as rollout.yml runs it after a restart,
+    against the real fleet and node gateways. HAProxy puts a server that leaves maintenance UP at
+    once, before any check, while the node's own gateway still answers 503 until its checks see
+    the restarted engine: the two-node release drill counted 9 and 20 failed requests there. Here
+    the node's engine (the recording stand-in) answers /health 503 until 3 s into the switch,
+    and a client sends requests through the fleet gateway all along: none may fail, and the node
+    must serve again afterwards. With the wait task removed this fails (HTTP 503)."""
+    import contextlib
+    import json
+    import sys
+    import threading
+    from helpers import run_playbook
+    with contextlib.ExitStack() as stack:
+        ups = [stack.enter_context(gh.RecordingUpstream()) for _ in range(2)]
+        node_specs = [gh.lab_spec(site_ca, up.port, CLIENTS) for up in ups]
+        node_dirs = [tmp_path / ("node%d" % i) for i in range(2)]
+        for d, spec in zip(node_dirs, node_specs):
+            stack.enter_context(gh.running_gateway(d, spec, site_ca))
+        fleet_spec = gh.lab_spec(site_ca, None, CLIENTS, upstreams=[
+            {"name": "node%d" % i, "address": "localhost", "port": spec["port"], "tls": True}
+            for i, spec in enumerate(node_specs)])
+        fleet_dir = tmp_path / "fleet"
+        url = stack.enter_context(gh.running_gateway(fleet_dir, fleet_spec, site_ca))
+        client = verifier(url, site_ca).client
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        inventory = tmp_path / "inventory.json"
+        inventory.write_text(json.dumps({"all": {"children": {
+            "nodes": {"hosts": {"node0": dict(local, serving_spec={"gateway": True},
+                                              rollout_gateway_socket=str(node_dirs[0] / "run" / "admin.sock"))}},
+            "gateway": {"hosts": {"fleet": dict(local, rollout_gateway_socket=str(fleet_dir / "run" / "admin.sock"))}}}}}))
+        # The drain (state disabled): node0 leaves the fleet's pool and gets no new request.
+        runner, out = run_playbook("tests/playbooks/rollout-pool.yml", tmp_path / "drain",
+                                   extravars={"pool_state": "disabled"}, inventory=str(inventory))
+        assert runner.rc == 0, out[-3000:]
+        before = len(ups[0].requests)
+        assert [client.get("/v1/models").status for _ in range(6)] == [200] * 6
+        assert len([r for r in ups[0].requests[before:] if r["path"] != "/health"]) == 0
+        # node0's engine restarts: DOWN in its own gateway.
+        ups[0].health_status = 503
+        deadline = time.monotonic() + 20
+        while "engine" not in _down_servers(node_dirs[0]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "engine" in _down_servers(node_dirs[0])
+        statuses, stop = [], threading.Event()
+
+        def send():
+            while not stop.is_set():
+                statuses.append(client.get("/v1/models").status)
+                time.sleep(0.05)
+        sender = threading.Thread(target=send, daemon=True)
+        back = threading.Timer(3.0, setattr, (ups[0], "health_status", 200))
+        sender.start()
+        back.start()
+        try:
+            runner, out = run_playbook("tests/playbooks/rollout-pool.yml", tmp_path / "pool",
+                                       extravars={"pool_state": "enabled"}, inventory=str(inventory))
+            time.sleep(1)
+        finally:
+            stop.set()
+            back.cancel()
+            sender.join(timeout=20)
+        assert runner.rc == 0, out[-3000:]
+        assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
+        before = len(ups[0].requests)
+        assert [client.get("/v1/models").status for _ in range(6)] == [200] * 6
+        assert len([r for r in ups[0].requests[before:] if r["path"] != "/health"]) > 0
+
 def _down_servers(fleet_dir):
     lines = _admin(fleet_dir, "show stat").splitlines()
     header = lines[0].lstrip("# ").split(",")
