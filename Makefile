@@ -15,15 +15,14 @@ SCENARIOS ?= docker_engine model_server nvidia_host weights
 LANE_CHECKS_SCENARIOS ?= nvidia_host
 LANE_ENGINE_SCENARIOS ?= weights model_server docker_engine
 
-.PHONY: help test test-serial lab lab-drill lab-rollout lab-rollout-fleet lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
+.PHONY: help test test-serial lab lab-drill lab-rollout lab-down setup bootstrap engine images lint pytest engine-test molecule lock clean bench
 
 help:
 	@echo "make lab       run the whole path on the embedded lab (containers on this machine)"
 	@echo "make test      lint, unit/golden tests and every Molecule scenario"
 	@echo "make lab-drill on a running lab: kill the engine (the alert fires, resolves), diagnose three cases"
-	@echo "make lab-rollout on a running lab: a good rollout, a bad one rolled back, rollback.yml (no transfer)"
-	@echo "make lab-rollout-fleet on a running LAB_NODES=2 lab: the release drill through a fleet gateway, counting"
-	@echo "               failed requests (by hand: not in CI's budget)"
+	@echo "make lab-rollout on a running lab: a good rollout, a bad one rolled back, rollback.yml (no transfer);"
+	@echo "               on a LAB_NODES=2 lab through the fleet gateway, a client counting failed requests"
 	@echo "make lab-down  remove every container, network and volume the lab created"
 
 setup: bootstrap images
@@ -84,8 +83,6 @@ lab-drill: bootstrap
 lab-rollout: bootstrap
 	@$(STAGE) lab-rollout scripts/lab.sh rollout
 
-lab-rollout-fleet: bootstrap
-	@$(STAGE) lab-rollout-fleet scripts/lab.sh rollout-fleet
 lab-down: bootstrap
 	@$(STAGE) lab-down scripts/lab.sh down
 

@@ -6,9 +6,9 @@
 #   drill the diagnosis drill on a running lab (lab/drill.yml)
 #   down  remove every container, network and volume the lab created (label org.mm3.lab),
 #         and nothing else (images stay as a cache).
-#   rollout the release drill on a running lab (lab/rollout.yml)
-#   rollout-fleet  the two-node release drill through a fleet gateway (lab/rollout-fleet.yml;
-#         on a LAB_NODES=2 lab, by hand: not in CI's budget)
+#   rollout the release drill on a running lab: on the two-node lab (node2 running) the drill
+#         through the fleet gateway with a counting client (lab/rollout-fleet.yml), on one node
+#         the single-node drill (lab/rollout.yml; CI's, for its budget)
 # LAB_NODES=2 adds node2 and a fleet gateway on staging (inventories/lab/node2.yml).
 # LAB_EXPECT_NO_CHANGES=1 fails unless site.yml reports changed=0 on every host (CI runs the
 # lab twice, the second time with it). After site.yml, the plan is compared with every lab
@@ -114,9 +114,13 @@ PY
     done
     ;;
   rollout)
-    # The release drill on a running lab (lab/rollout.yml): a tuning change rolled out, a release
-    # whose checks cannot pass rolled back automatically, then rollback.yml to the first release
-    # with the weights unchanged; reports/rollout/summary.json.
+    # The release drill on a running lab, chosen by what runs: the two-node lab gets the fleet
+    # drill below (rollout-fleet), one node the single-node drill (lab/rollout.yml): a tuning
+    # change rolled out, a release whose checks cannot pass rolled back automatically, then
+    # rollback.yml to the first release with the weights unchanged; reports/rollout/summary.json.
+    if docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep . >/dev/null; then
+      exec "$0" rollout-fleet
+    fi
     rollout_log=reports/lab/rollout-$(date -u +%Y%m%dT%H%M%SZ).log
     $stage lab-rollout-run ansible-playbook "${inv[@]}" lab/rollout.yml > "$rollout_log" 2>&1 \
       || { why "$rollout_log"; echo "lab: lab/rollout.yml failed, see $rollout_log" >&2; exit 1; }
@@ -130,13 +134,14 @@ print("== release drill, rollback.yml: %s back on %s (%s) in %s, weights changed
 PY
     ;;
   rollout-fleet)
-    # The release drill on the running two-node lab (lab/rollout-fleet.yml; by hand, not in CI's
-    # budget): revision 2 rolled out through the fleet gateway while a background client counts
-    # failed requests, a release whose checks cannot pass rolled back automatically on node1
-    # (node2 untouched), then rollback.yml to revision 1 with the weights unchanged, no failed
-    # request in any step; reports/rollout/summary.json.
-    docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep -q . || {
-      echo "lab: make lab-rollout-fleet runs on the two-node lab (node2 and a fleet gateway on staging): run LAB_NODES=2 make lab first" >&2
+    # The release drill on the running two-node lab (lab/rollout-fleet.yml; make lab-rollout on a
+    # LAB_NODES=2 lab; not in CI's budget): revision 2 rolled out through the fleet gateway while
+    # a background client counts failed requests, a release whose checks cannot pass rolled back
+    # automatically on node1 (node2 untouched), then rollback.yml to revision 1 with the weights
+    # unchanged, no failed request in any step; reports/rollout/summary.json. Once per lab: a
+    # second run is refused (revision 2 is then on every host): make lab-down, then make lab.
+    docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep . >/dev/null || {
+      echo "lab: the fleet drill runs on the two-node lab (node2 and a fleet gateway on staging): run LAB_NODES=2 make lab first" >&2
       exit 2
     }
     [ "${LAB_NODES:-1}" -ge 2 ] || inv+=(-i inventories/lab/node2.yml)
@@ -148,13 +153,16 @@ import json, sys
 refused, good, bad, back = json.load(open(sys.argv[1]))
 for line in refused["refusals"]:
     print("== release drill, refused: %s" % line)
+def secs(delta):
+    h, m, s = str(delta).split(":")
+    return round(int(h) * 3600 + int(m) * 60 + float(s), 1)
 def client(step):
     c = step["client"]
     return "client %d requests through the fleet gateway, %d failed" % (c["requests"], c["failed"])
 for n in good["nodes"]:
     print("== release drill, good rollout: %s %s -> %s in %s s (%s)" % (n["node"], n["from"], n["to"], n["seconds"], ", ".join(n["changes"])))
 added = {k: good["weights_after"][k]["bytes"] - good["weights_before"][k]["bytes"] for k in good["weights_after"]}
-print("== release drill, good rollout: %s s in all, %s; weights added (bytes): %s" % (good["seconds"], client(good), added))
+print("== release drill, good rollout: %s s in all, %s; weights added (bytes): %s" % (secs(good["seconds"]), client(good), added))
 for n in bad["nodes"]:
     if n["result"] == "rolled back":
         print("== release drill, bad rollout: %s rolled back, restored %s in %s s: %s" % (n["node"], n["restored"], n["seconds"], n["failed"]))
@@ -163,7 +171,7 @@ for n in bad["nodes"]:
 print("== release drill, bad rollout: %s" % client(bad))
 for n in back["nodes"]:
     print("== release drill, rollback.yml: %s %s -> %s (revision %s) in %s s" % (n["node"], n["from"], n["to"], n["revision"], n["seconds"]))
-print("== release drill, rollback.yml: %s s in all, %s; weights unchanged on every node: %s" % (back["seconds"], client(back), back["weights_unchanged"]))
+print("== release drill, rollback.yml: %s s in all, %s; weights unchanged on every node: %s" % (secs(back["seconds"]), client(back), back["weights_unchanged"]))
 PY
     ;;
   down)
@@ -176,5 +184,5 @@ PY
     rm -f inventories/lab/group_vars/all/lab_image.yml inventories/lab/group_vars/all/lab_network.yml
     echo "lab: removed $(echo $ids | wc -w) containers, $(echo $nets | wc -w) networks (and their anonymous volumes)"
     ;;
-  *) echo "usage: $0 up|drill|rollout|rollout-fleet|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|drill|rollout|down" >&2; exit 2 ;;
 esac
