@@ -263,7 +263,6 @@ def test_fleet_gateway_balances_over_node_gateways_drains_and_survives_a_dead_no
         assert "node1" in _down_servers(fleet_dir)
 
 
-
 def test_a_node_goes_back_into_the_fleet_pool_only_once_its_own_gateway_routes_to_its_engine(tmp_path, site_ca):
     """playbooks/tasks/rollout-pool.yml (state enabled), as rollout.yml runs it after a restart,
     against the real fleet and node gateways. HAProxy puts a server that leaves maintenance UP at
@@ -331,6 +330,7 @@ def test_a_node_goes_back_into_the_fleet_pool_only_once_its_own_gateway_routes_t
         before = len(ups[0].requests)
         assert [client.get("/v1/models").status for _ in range(6)] == [200] * 6
         assert len([r for r in ups[0].requests[before:] if r["path"] != "/health"]) > 0
+
 
 def _down_servers(fleet_dir):
     lines = _admin(fleet_dir, "show stat").splitlines()
