@@ -20,6 +20,10 @@ stage=scripts/stage.sh
 inv=(-i inventories/lab/hosts.yml)
 [ "${LAB_NODES:-1}" -ge 2 ] && inv+=(-i inventories/lab/node2.yml)
 mkdir -p reports/lab
+# Whether the two-node lab runs (node2 is up): make lab-rollout then runs the fleet drill.
+node2_running() {
+  docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep . >/dev/null
+}
 
 # why LOG: the failed tasks' messages (a few lines each) and what each lab host's journald
 # keeps, printed last, so the tail of a CI log shows the cause and not the timing summary.
@@ -118,7 +122,7 @@ PY
     # drill below (rollout-fleet), one node the single-node drill (lab/rollout.yml): a tuning
     # change rolled out, a release whose checks cannot pass rolled back automatically, then
     # rollback.yml to the first release with the weights unchanged; reports/rollout/summary.json.
-    if docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep . >/dev/null; then
+    if node2_running; then
       exec "$0" rollout-fleet
     fi
     rollout_log=reports/lab/rollout-$(date -u +%Y%m%dT%H%M%SZ).log
@@ -140,7 +144,7 @@ PY
     # automatically on node1 (node2 untouched), then rollback.yml to revision 1 with the weights
     # unchanged, no failed request in any step; reports/rollout/summary.json. Once per lab: a
     # second run is refused (revision 2 is then on every host): make lab-down, then make lab.
-    docker ps --filter name='^mm3-lab-node2$' --filter status=running --format '{{.Names}}' | grep . >/dev/null || {
+    node2_running || {
       echo "lab: the fleet drill runs on the two-node lab (node2 and a fleet gateway on staging): run LAB_NODES=2 make lab first" >&2
       exit 2
     }

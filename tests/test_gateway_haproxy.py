@@ -228,18 +228,7 @@ def test_fleet_gateway_balances_over_node_gateways_drains_and_survives_a_dead_no
     failed request (redispatch, then the health check)."""
     import contextlib
     with contextlib.ExitStack() as stack:
-        ups = [stack.enter_context(gh.RecordingUpstream()) for _ in range(2)]
-        node_specs = [gh.lab_spec(site_ca, up.port, CLIENTS) for up in ups]
-        node_dirs = [tmp_path / ("node%d" % i) for i in range(2)]
-        node_cms = [gh.running_gateway(d, spec, site_ca) for d, spec in zip(node_dirs, node_specs)]
-        for cm in node_cms:
-            stack.enter_context(cm)
-        fleet_spec = gh.lab_spec(site_ca, None, CLIENTS, upstreams=[
-            {"name": "node%d" % i, "address": "localhost", "port": spec["port"], "tls": True}
-            for i, spec in enumerate(node_specs)])
-        fleet_dir = tmp_path / "fleet"
-        url = stack.enter_context(gh.running_gateway(fleet_dir, fleet_spec, site_ca))
-        client = verifier(url, site_ca).client
+        ups, node_dirs, node_cms, fleet_dir, client = _fleet_of_two(stack, tmp_path, site_ca)
         statuses = [client.get("/v1/models").status for _ in range(10)]
         assert statuses == [200] * 10
         counts = [len([r for r in up.requests if r["path"] == "/v1/models"]) for up in ups]
@@ -257,10 +246,7 @@ def test_fleet_gateway_balances_over_node_gateways_drains_and_survives_a_dead_no
         node_cms[1].__exit__(None, None, None)   # node1's gateway dies
         statuses = [client.get("/v1/models").status for _ in range(8)]
         assert statuses == [200] * 8, statuses
-        deadline = time.monotonic() + 20
-        while "node1" not in _down_servers(fleet_dir) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert "node1" in _down_servers(fleet_dir)
+        assert _wait_down(fleet_dir, "node1")
 
 
 def test_a_node_goes_back_into_the_fleet_pool_only_once_its_own_gateway_routes_to_its_engine(tmp_path, site_ca):
@@ -277,17 +263,7 @@ def test_a_node_goes_back_into_the_fleet_pool_only_once_its_own_gateway_routes_t
     import threading
     from helpers import run_playbook
     with contextlib.ExitStack() as stack:
-        ups = [stack.enter_context(gh.RecordingUpstream()) for _ in range(2)]
-        node_specs = [gh.lab_spec(site_ca, up.port, CLIENTS) for up in ups]
-        node_dirs = [tmp_path / ("node%d" % i) for i in range(2)]
-        for d, spec in zip(node_dirs, node_specs):
-            stack.enter_context(gh.running_gateway(d, spec, site_ca))
-        fleet_spec = gh.lab_spec(site_ca, None, CLIENTS, upstreams=[
-            {"name": "node%d" % i, "address": "localhost", "port": spec["port"], "tls": True}
-            for i, spec in enumerate(node_specs)])
-        fleet_dir = tmp_path / "fleet"
-        url = stack.enter_context(gh.running_gateway(fleet_dir, fleet_spec, site_ca))
-        client = verifier(url, site_ca).client
+        ups, node_dirs, _, fleet_dir, client = _fleet_of_two(stack, tmp_path, site_ca)
         local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
         inventory = tmp_path / "inventory.json"
         inventory.write_text(json.dumps({"all": {"children": {
@@ -303,10 +279,7 @@ def test_a_node_goes_back_into_the_fleet_pool_only_once_its_own_gateway_routes_t
         assert len([r for r in ups[0].requests[before:] if r["path"] != "/health"]) == 0
         # node0's engine restarts: DOWN in its own gateway.
         ups[0].health_status = 503
-        deadline = time.monotonic() + 20
-        while "engine" not in _down_servers(node_dirs[0]) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "engine" in _down_servers(node_dirs[0])
+        assert _wait_down(node_dirs[0], "engine")
         statuses, stop = [], threading.Event()
 
         def send():
@@ -330,6 +303,32 @@ def test_a_node_goes_back_into_the_fleet_pool_only_once_its_own_gateway_routes_t
         before = len(ups[0].requests)
         assert [client.get("/v1/models").status for _ in range(6)] == [200] * 6
         assert len([r for r in ups[0].requests[before:] if r["path"] != "/health"]) > 0
+
+
+def _fleet_of_two(stack, tmp_path, site_ca):
+    """Two recording engines, each behind its node's gateway, and a fleet gateway over both
+    (servers node0, node1), entered on stack. Returns (engines, node gateway dirs, their
+    context managers, fleet dir, a client of the fleet gateway)."""
+    ups = [stack.enter_context(gh.RecordingUpstream()) for _ in range(2)]
+    node_specs = [gh.lab_spec(site_ca, up.port, CLIENTS) for up in ups]
+    node_dirs = [tmp_path / ("node%d" % i) for i in range(2)]
+    node_cms = [gh.running_gateway(d, spec, site_ca) for d, spec in zip(node_dirs, node_specs)]
+    for cm in node_cms:
+        stack.enter_context(cm)
+    fleet_spec = gh.lab_spec(site_ca, None, CLIENTS, upstreams=[
+        {"name": "node%d" % i, "address": "localhost", "port": spec["port"], "tls": True}
+        for i, spec in enumerate(node_specs)])
+    fleet_dir = tmp_path / "fleet"
+    url = stack.enter_context(gh.running_gateway(fleet_dir, fleet_spec, site_ca))
+    return ups, node_dirs, node_cms, fleet_dir, verifier(url, site_ca).client
+
+
+def _wait_down(gateway_dir, server, timeout=20):
+    """Whether the gateway's health checks mark server DOWN within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while server not in _down_servers(gateway_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return server in _down_servers(gateway_dir)
 
 
 def _down_servers(fleet_dir):
