@@ -478,7 +478,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
 
     entry = merge(matrix[profile], profile_overrides)
     gpu = dict({"vendor": None, "model": None, "count": 0,
-                "driver_floor": None, "rocm_floor": None, "fabric": None}, **entry.get("gpu", {}))
+                "driver_floor": None, "rocm_floor": None, "rocm_default": None, "fabric": None}, **entry.get("gpu", {}))
     tp = _int_or_none(entry.get("tp"))
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
         blockers.append("profile '%s' has tp %r: set serving_profile_overrides.tp to a whole number "

@@ -124,6 +124,16 @@ def test_mirror_carries_the_recorded_index(tmp_path):
                  "rocm/apt/7.0.2/dists/jammy/InRelease", "amdgpu/30.10.2/ubuntu/dists/jammy/InRelease"):
         assert (tmp_path / path).exists(), path
     assert "-----BEGIN PGP SIGNED MESSAGE-----" in (tmp_path / "cuda/debian12/x86_64/InRelease").read_text()
+    # AMD's repositories are the recorded index's (amd-rocm-repo.Packages): paths, names, versions.
+    amd = {}
+    for path in ("amdgpu/30.10.2/ubuntu", "amdgpu/30.30/ubuntu", "rocm/apt/7.0.2", "rocm/apt/7.2"):
+        text = (tmp_path / path / "dists/jammy/main/binary-amd64/Packages").read_text()
+        amd[path] = {(s.split("\n")[0][9:], s.split("Version: ")[1].split("\n")[0]) for s in text.split("\n\n") if s}
+    assert amd["amdgpu/30.30/ubuntu"] == {("amdgpu-dkms", "1:6.16.13.30300000-2278356.22.04")}
+    assert amd["rocm/apt/7.2"] == {("rocm", "7.2.0.70200-43~22.04"), ("rocm-core", "7.2.0.70200-43~22.04"),
+                                   ("rocm-smi-lib", "7.8.0.70200-43~22.04")}
+    assert amd["amdgpu/30.10.2/ubuntu"] == {("amdgpu-dkms", "1:6.14.14.30100200-2226257.22.04")}
+    assert not (tmp_path / "rocm/apt/7.2.0").exists()
 
 
 def test_hardware_standin_is_the_recorded_machine(tmp_path):

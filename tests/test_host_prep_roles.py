@@ -1,5 +1,5 @@
 """Static checks of the host-preparation roles (nvidia_driver, nvidia_container_toolkit,
-amd_rocm, preflight): inputs documented in argument_specs match defaults, every distribution
+amd_rocm, preflight, gpu_kernel): inputs documented in argument_specs match defaults, every distribution
 named in the issue has its vars file, and prepare.yml chooses the GPU roles by data."""
 import os
 
@@ -23,6 +23,32 @@ def test_argument_specs_cover_the_defaults(role):
     for name, value in defaults.items():
         assert options[name].get("default") == value, name
         assert name.startswith(role + "_"), name
+
+
+def test_gpu_kernel_argument_specs_cover_its_defaults():
+    """gpu_kernel has entry points, no main: every default is documented, with its value, in the
+    entry point that reads it, and nothing else is defaulted there."""
+    defaults = load("roles", "gpu_kernel", "defaults", "main.yml")
+    specs = load("roles", "gpu_kernel", "meta", "argument_specs.yml")["argument_specs"]
+    assert set(specs) == {"prepare", "headers", "reboot"}
+    documented = {}
+    for entry in specs.values():
+        for name, option in entry["options"].items():
+            if "default" in option:
+                documented[name] = option["default"]
+    assert documented == defaults
+    assert all(name.startswith("gpu_kernel_") for name in defaults)
+
+
+@pytest.mark.parametrize("role", ["nvidia_driver", "amd_rocm"])
+def test_both_vendors_reboot_through_gpu_kernel(role):
+    """One reboot for both vendors (control node, units stopped, one node at a time): each vendor
+    role includes gpu_kernel's three entry points and keeps no reboot of its own."""
+    tasks_dir = os.path.join(ROOT, "roles", role, "tasks")
+    text = "".join(open(os.path.join(tasks_dir, name)).read() for name in os.listdir(tasks_dir))
+    for entry in ("prepare", "headers", "reboot"):
+        assert "tasks_from: %s" % entry in text, entry
+    assert "ansible.builtin.reboot" not in text
 
 
 @pytest.mark.parametrize("role", ["nvidia_driver", "amd_rocm"])

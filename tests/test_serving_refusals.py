@@ -128,7 +128,8 @@ def test_spec_contract_b200(tmp_path):
     assert rc == 0, out[-3000:]
     assert spec["status"] == "validated" and spec["engine"] == "sglang" and spec["tp"] == 8
     assert spec["gpu"] == {"vendor": "nvidia", "model": "B200", "count": 8,
-                           "driver_floor": "570.133.20", "rocm_floor": None, "fabric": "nvlink5"}
+                           "driver_floor": "570.133.20", "rocm_floor": None, "rocm_default": None,
+                           "fabric": "nvlink5"}
     assert spec["capabilities"] == ["text", "reasoning", "tools", "image"]
     weights = spec["weights"]
     assert weights["repo"] == "MiniMaxAI/MiniMax-M3-MXFP8"

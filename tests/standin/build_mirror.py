@@ -6,8 +6,9 @@ this builds, with dpkg-deb, packages carrying the real package names and version
 repository for Debian 12, NVIDIA Container Toolkit repository, AMD's amdgpu and ROCm
 repositories), whose binaries replay recorded tool output (see bin/ and fixtures/). The CUDA
 repository's fabric packages (names, versions, Provides) come from the RECORDED index
-fixtures/nvidia-cuda-repo.Packages, never from the roles' variables, so a name the roles get
-wrong does not install here either.
+fixtures/nvidia-cuda-repo.Packages, and AMD's repositories (paths, names, versions) from the
+RECORDED index fixtures/amd-rocm-repo.Packages, never from the roles' variables, so a name, a
+version or a repository path the roles get wrong does not install here either.
 Each repository is laid out like its upstream (flat for CUDA and the toolkit, dists/ for
 AMD), indexed (Packages, Release) and signed with a throw-away key (InRelease, Release.gpg),
 so the roles' key download, `signed-by` and pinning paths run exactly as against a real
@@ -27,7 +28,6 @@ DRIVER_NEW = "580.95.05"
 DRIVER_OLD = "570.133.20"
 FM_OTHER = "580.82.07"
 TOOLKIT = "1.18.0"
-ROCM = "7.0.2.70002"
 
 
 def driver_packages(ver):
@@ -36,7 +36,7 @@ def driver_packages(ver):
     rev = ver + "-1"
     mod = [("standin-modinfo", "usr/bin/standin-modinfo", {"@VERSION@": ver}),
            ("standin-reboot", "usr/sbin/standin-reboot", {}),
-           ("dkms", "usr/sbin/dkms", {"@VERSION@": ver})]
+           ("dkms", "usr/sbin/dkms", {"@MODULE@": "nvidia", "@VERSION@": ver})]
     return [
         dict(name="nvidia-kernel-open-dkms", version=rev, files=mod,
              description="NVIDIA open GPU kernel modules (DKMS) - STAND-IN"),
@@ -52,7 +52,8 @@ def driver_packages(ver):
 
 
 def recorded_index(path):
-    """The stanzas of fixtures/nvidia-cuda-repo.Packages (recorded from NVIDIA's repository)."""
+    """The stanzas of a recorded Packages file (fixtures/nvidia-cuda-repo.Packages,
+    fixtures/amd-rocm-repo.Packages)."""
     stanzas = []
     with open(path) as fh:
         for block in fh.read().split("\n\n"):
@@ -84,6 +85,41 @@ def fabric_packages(src, versions, arch="amd64"):
             pkg.update(files=[("standin-daemon", "opt/nvidia/nvlsm/sbin/nvlsm", {})])
         out.append(pkg)
     return out
+
+
+def amd_dkms_version(version):
+    """amdgpu-dkms's package version -> the module version DKMS registers: "1:6.16.13.30300000-2278356.22.04"
+    -> "6.16.13-2278356.22.04" (recorded pairs: fixtures/amd-rocm-repo.Packages [6031], [DOCS])."""
+    upstream, build = version.split(":")[-1].rsplit("-", 1)
+    return "%s-%s" % (upstream.rsplit(".", 1)[0], build)
+
+
+def amd_repositories(src):
+    """AMD's repositories as recorded (fixtures/amd-rocm-repo.Packages): one per X-Repository, each
+    recorded package with the stand-in content of what it is."""
+    repos = {}
+    for fields in recorded_index(os.path.join(src, "fixtures", "amd-rocm-repo.Packages")):
+        path, suite = fields["X-Repository"].split()
+        name, version = fields["Package"], fields["Version"]
+        pkg = dict(name=name, version=version, arch=fields["Architecture"], files=[],
+                   description="%s (recorded name and version) - STAND-IN" % name)
+        if name == "amdgpu-dkms":
+            # A srcversion is a checksum of the module's sources; the stand-in's is one of its version.
+            srcversion = hashlib.md5(version.encode()).hexdigest()[:23].upper()
+            pkg["files"] = [("standin-amdgpu-modinfo", "usr/bin/standin-amdgpu-modinfo", {"@SRCVERSION@": srcversion}),
+                            ("standin-reboot", "usr/sbin/standin-reboot", {}),
+                            ("dkms", "usr/sbin/dkms", {"@MODULE@": "amdgpu", "@VERSION@": amd_dkms_version(version)})]
+        elif name == "rocm-smi-lib":
+            pkg.update(files=[("rocm-smi", "opt/rocm/bin/rocm-smi", {})],
+                       links={"usr/bin/rocm-smi": "/opt/rocm/bin/rocm-smi"}, fixtures=True)
+        elif name == "rocm-core":
+            pkg["info_version"] = version.split("~")[0]
+        elif name == "rocm":
+            pkg["depends"] = "rocm-core (= %s), rocm-smi-lib" % version
+        repo = repos.setdefault(path, dict(flat=False, suite=suite, key="../" * (path.count("/") + 1) + "rocm/rocm.gpg.key",
+                                           packages=[]))
+        repo["packages"].append(pkg)
+    return repos
 
 
 PERSISTENCED_UNIT = """[Unit]
@@ -149,24 +185,7 @@ REPOS = {
                  files=[("nvidia-container-runtime-hook", "usr/bin/nvidia-container-runtime-hook", {})],
                  description="NVIDIA Container toolkit - STAND-IN"),
         ]),
-    # like https://repo.radeon.com/amdgpu/30.10.2/ubuntu jammy main
-    "amdgpu/30.10.2/ubuntu": dict(
-        flat=False, suite="jammy", key="../../../rocm/rocm.gpg.key",
-        packages=[dict(name="amdgpu-dkms", version="1:6.14.14.30100200-2226257.22.04", files=[],
-                       description="amdgpu driver in DKMS format - STAND-IN")]),
-    # like https://repo.radeon.com/rocm/apt/7.0.2 jammy main
-    "rocm/apt/7.0.2": dict(
-        flat=False, suite="jammy", key="../../rocm.gpg.key",
-        packages=[
-            dict(name="rocm-smi-lib", version="7.8.0.%s-56~22.04" % ROCM.split(".")[-1],
-                 files=[("rocm-smi", "opt/rocm/bin/rocm-smi", {})], links={"usr/bin/rocm-smi": "/opt/rocm/bin/rocm-smi"},
-                 fixtures=True, description="AMD System Management libraries - STAND-IN"),
-            dict(name="rocm-core", version=ROCM + "-56~22.04", files=[], info_version=ROCM + "-56",
-                 description="ROCm core - STAND-IN"),
-            dict(name="rocm", version=ROCM + "-56~22.04",
-                 depends="rocm-core (= %s-56~22.04), rocm-smi-lib" % ROCM, files=[],
-                 description="ROCm meta package - STAND-IN"),
-        ]),
+    # AMD's (amdgpu/<driver>/ubuntu, rocm/apt/<rocm>, suite jammy): amd_repositories(src) in main().
 }
 
 
@@ -202,7 +221,7 @@ def build_deb(src, pkg, pool):
         os.makedirs(doc, exist_ok=True)
         with open(os.path.join(doc, "STAND-IN"), "w") as fh:
             fh.write("Stand-in package built by tests/standin/build_mirror.py; not NVIDIA/AMD software.\n")
-        control = ["Package: " + pkg["name"], "Version: " + pkg["version"], "Architecture: amd64",
+        control = ["Package: " + pkg["name"], "Version: " + pkg["version"], "Architecture: " + pkg.get("arch", "amd64"),
                    "Maintainer: mm3 test stand-ins <standin@localhost>", "Section: misc", "Priority: optional"]
         if pkg.get("depends"):
             control.append("Depends: " + pkg["depends"])
@@ -211,7 +230,7 @@ def build_deb(src, pkg, pool):
         control.append("Description: " + pkg["description"])
         with open(os.path.join(root, "DEBIAN/control"), "w") as fh:
             fh.write("\n".join(control) + "\n")
-        fname = "%s_%s_amd64.deb" % (pkg["name"], pkg["version"].split(":")[-1])
+        fname = "%s_%s_%s.deb" % (pkg["name"], pkg["version"].split(":")[-1], pkg.get("arch", "amd64"))
         out = os.path.join(pool, fname)
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, out],
                        check=True, stdout=subprocess.DEVNULL)
@@ -247,7 +266,7 @@ def main(src, out):
     gnupghome = tempfile.mkdtemp()
     gpg(gnupghome, "--passphrase", "", "--quick-gen-key", "mm3 stand-in mirror <standin@localhost>",
         "ed25519", "sign", "never")
-    for path, repo in REPOS.items():
+    for path, repo in dict(REPOS, **amd_repositories(src)).items():
         base = os.path.join(out, path)
         pool = base if repo["flat"] else os.path.join(base, "pool/main")
         os.makedirs(pool, exist_ok=True)
