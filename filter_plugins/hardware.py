@@ -171,10 +171,60 @@ def fabric_states(text):
     return [state.strip() for state in re.findall(r"Fabric\s*\n\s*State\s*:\s*([^\n]+)", str(text or ""))]
 
 
+# `nvidia-imex-ctl -N` (IMEX guide, command service): "Node #0   - 172.31.48.81    - READY   - Version: 570.172",
+# a connectivity matrix of one-letter states (C = Connected; I, N, R, D, A, !V!, !M! are not), then
+# "Domain State: UP". tests/fixtures/hardware/imex-ctl.yml holds real captures.
+_IMEX_NODE = re.compile(r"^\s*Node #(\d+)\s+-\s+(\S+)\s+-\s+(\S+)(?:\s+-\s+Version:\s*(\S+))?", re.M)
+_IMEX_ROW = re.compile(r"^\s*(\d+)((?:\s+(?:[A-Z]|![A-Z]!))+)\s*$", re.M)
+
+
+def imex_domain(text):
+    """The IMEX domain as `nvidia-imex-ctl -N` prints it: {state (None: no "Domain State" line),
+    nodes: [{index, address, status, version}], links: number of matrix cells, broken: the cells
+    that are not C, as "from->to:state"}. A domain is ready when its state is UP, every node
+    READY and every link C (the IMEX guide's and AWS's criterion)."""
+    text = str(text or "")
+    nodes = [{"index": int(i), "address": a, "status": s, "version": v or None}
+             for i, a, s, v in _IMEX_NODE.findall(text)]
+    order = [node["index"] for node in nodes]
+    links, broken = 0, []
+    for row, cells in _IMEX_ROW.findall(text.split("Nodes From", 1)[-1] if "Nodes From" in text else ""):
+        for column, cell in enumerate(cells.split()):
+            links += 1
+            if cell != "C":
+                target = order[column] if column < len(order) else column
+                broken.append("%s->%s:%s" % (row, target, cell))
+    state = re.search(r"^\s*Domain State:\s*(\S+)", text, re.M)
+    return {"state": state.group(1) if state else None, "nodes": nodes, "links": links, "broken": broken}
+
+
+def imex_problems(domain, expected=None):
+    """What keeps an IMEX domain (imex_domain's result) from serving, as sentences; [] when it is
+    ready: Domain State UP, every node READY, every link C and, given the node list the node was
+    configured with (nodes_config.cfg lines), every one of those addresses in the domain."""
+    problems = []
+    if domain.get("state") is None:
+        problems.append("nvidia-imex-ctl -N printed no Domain State (no domain formed)")
+    elif domain["state"] != "UP":
+        problems.append("Domain State %s (need UP)" % domain["state"])
+    problems += ["node #%s %s is %s (need READY)" % (n["index"], n["address"], n["status"])
+                 for n in domain.get("nodes", []) if n["status"] != "READY"]
+    if domain.get("broken"):
+        problems.append("links not C (Connected): %s" % ", ".join(domain["broken"][:8]))
+    listed = [line.strip() for line in (expected or []) if line.strip() and not line.strip().startswith("#")]
+    shown = {n["address"] for n in domain.get("nodes", [])}
+    missing = [address for address in listed if address not in shown]
+    if missing:
+        problems.append("nodes_config.cfg lists %s, which the domain does not show" % ", ".join(missing))
+    return problems
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "hardware_fabric_states": fabric_states,
+            "hardware_imex_domain": imex_domain,
+            "hardware_imex_problems": imex_problems,
             "hardware_gpu_matches": gpu_matches,
             "hardware_gpu_count": gpu_count,
             "hardware_parse_lspci": parse_lspci,

@@ -113,3 +113,43 @@ def test_every_fixture_cites_a_source():
         with open(path) as handle:
             text = handle.read()
         assert "github.com" in text or "NVIDIA/" in text or "pci.ids" in text, path
+
+
+def imex(name):
+    with open(os.path.join(FIXTURES, "imex-ctl.yml")) as handle:
+        return hardware.imex_domain(yaml.safe_load(handle)["captures"][name])
+
+
+@pytest.mark.parametrize("name, nodes, links", [
+    ("gh200-2node-570.00", ["10.136.206.47", "10.136.206.48"], 4),
+    ("gb200-18node-570.172-excerpt", ["172.31.48.81", "172.31.48.98", "172.31.56.47"], 9),
+])
+def test_a_formed_imex_domain_is_ready(name, nodes, links):
+    domain = imex(name)
+    assert domain["state"] == "UP" and domain["links"] == links and domain["broken"] == []
+    assert [n["address"] for n in domain["nodes"]] == nodes and {n["status"] for n in domain["nodes"]} == {"READY"}
+    assert hardware.imex_problems(domain, nodes) == []
+
+
+def test_the_570_172_node_lines_carry_the_imex_version():
+    assert {n["version"] for n in imex("gb200-18node-570.172-excerpt")["nodes"]} == {"570.172"}
+    assert {n["version"] for n in imex("gh200-2node-570.00")["nodes"]} == {None}
+
+
+def test_an_unreachable_node_and_a_degraded_domain_are_named():
+    problems = hardware.imex_problems(imex("gh200-node1-unavailable-derived"), ["10.136.206.47", "10.136.206.48"])
+    assert problems == ["Domain State DEGRADED (need UP)",
+                        "node #1 10.136.206.48 is UNAVAILABLE (need READY)",
+                        "links not C (Connected): 0->1:N, 1->0:N, 1->1:N"]
+
+
+def test_no_domain_yet_is_not_ready():
+    assert hardware.imex_problems(imex("header-only-580.95.09")) == [
+        "nvidia-imex-ctl -N printed no Domain State (no domain formed)"]
+
+
+def test_a_configured_node_the_domain_does_not_show_is_named():
+    """nodes_config.cfg must be the same on every node (a mismatch is !M! in the table): an address
+    the node was configured with but the domain lacks is reported, comments and blank lines aside."""
+    problems = hardware.imex_problems(imex("gh200-2node-570.00"), ["# domain", "10.136.206.47", "", "10.136.206.49"])
+    assert problems == ["nodes_config.cfg lists 10.136.206.49, which the domain does not show"]

@@ -1,0 +1,83 @@
+"""preflight's IMEX domain check (roles/preflight/tasks/imex.yml, GB-series profiles) run by
+ansible-runner against the controller, with recorded `nvidia-imex-ctl -N` output
+(tests/fixtures/hardware/imex-ctl.yml) in place of the tool: the command is preflight's own
+variable, so `cat` of the capture stands for the tool on a GB200 tray. Nothing is changed here.
+One playbook run checks every case (a loop), to keep the suite's minutes.
+"""
+import json
+import pathlib
+
+import pytest
+import yaml
+from helpers import ROOT, run_playbook
+
+CAPTURES = yaml.safe_load((pathlib.Path(ROOT) / "tests" / "fixtures" / "hardware" / "imex-ctl.yml").read_text())[
+    "captures"]
+# name: (capture, the node list nodes_config.cfg holds, expected status, phrases of the detail)
+CASES = {
+    "formed": ("gh200-2node-570.00", ["10.136.206.47", "10.136.206.48"], "pass",
+               ["Domain State UP, 2 node(s) READY, 4 link(s) C"]),
+    "formed-18-excerpt": ("gb200-18node-570.172-excerpt", ["172.31.48.81", "172.31.48.98", "172.31.56.47"], "pass",
+                          ["Domain State UP, 3 node(s) READY, 9 link(s) C"]),
+    "degraded": ("gh200-node1-unavailable-derived", ["10.136.206.47", "10.136.206.48"], "fail",
+                 ["Domain State DEGRADED (need UP)", "node #1 10.136.206.48 is UNAVAILABLE (need READY)", "0->1:N"]),
+    "no-domain": ("header-only-580.95.09", ["10.136.206.47"], "fail", ["no Domain State (no domain formed)"]),
+    "node-missing": ("gh200-2node-570.00", ["10.136.206.47", "10.136.206.48", "10.136.206.49"], "fail",
+                     ["nodes_config.cfg lists 10.136.206.49, which the domain does not show"]),
+    "no-tool": (None, ["10.136.206.47"], "fail", ["nvidia-imex-ctl did not answer"]),
+}
+PLAY = """- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:  # what preflight's main.yml sets before it includes the vendor checks (not extra vars: set_fact must win)
+    __preflight_results: []
+    __preflight_missing_status: fail
+  tasks:
+    - name: The IMEX check as gpu_nvidia.yml includes it, once per case
+      ansible.builtin.include_role:
+        name: preflight
+        tasks_from: imex
+      vars:
+        preflight_imex_ctl_command: "{{ case.command }}"
+        preflight_imex_nodes_file: "{{ case.nodes_file }}"
+      loop: "{{ cases }}"
+      loop_control:
+        loop_var: case
+    - name: Keep what it recorded
+      ansible.builtin.copy:
+        content: "{{ __preflight_results | to_json }}"
+        dest: "{{ out }}"
+        mode: "0600"
+"""
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("imex")
+    cases = []
+    for name, (capture, listed, _, _) in CASES.items():
+        (tmp / (name + ".txt")).write_text(CAPTURES[capture] if capture else "")
+        (tmp / (name + ".cfg")).write_text("".join(line + "\n" for line in listed))
+        command = ["cat", str(tmp / (name + ".txt"))] if capture else ["/nonexistent/nvidia-imex-ctl", "-N"]
+        cases.append({"command": command, "nodes_file": str(tmp / (name + ".cfg"))})
+    (tmp / "play.yml").write_text(PLAY)
+    runner, text = run_playbook(str(tmp / "play.yml"), tmp, extravars={
+        "serving_spec": {"gpu": {"fabric": "imex"}}, "cases": cases, "out": str(tmp / "results.json")})
+    assert runner.rc == 0, text[-2000:]
+    recorded = json.loads((tmp / "results.json").read_text())
+    assert [r["check"] for r in recorded] == ["imex_domain"] * len(CASES)
+    return dict(zip(CASES, recorded))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_domain_is_judged_as_its_capture_shows(results, name):
+    _, _, status, phrases = CASES[name]
+    assert results[name]["status"] == status, results[name]
+    for phrase in phrases:
+        assert phrase in results[name]["detail"], results[name]
+
+
+def test_a_failure_names_the_fix(results):
+    assert "journalctl -u nvidia-imex" in results["degraded"]["fix"]
+    assert "/etc/nvidia-imex/nodes_config.cfg" not in results["degraded"]["fix"]  # the node's own file is named
+    assert results["degraded"]["fix"].count(".cfg everywhere") == 1
