@@ -83,6 +83,24 @@ def imex_nodes(addresses, hosts=None):
     return lines
 
 
+def _version_key(version):
+    return [int(part) for part in str(version).split(".") if part.isdigit()]
+
+
+def revision(version, table):
+    """The Debian revision NVIDIA's repository gives the driver packages at this version: the last
+    entry of table ([{from, revision}], ascending) whose `from` the version reaches. NVIDIA's Ubuntu
+    repositories changed it within branch 580 (580.105.08-0ubuntu1, then 580.126.09-1ubuntu1);
+    Debian's is -1."""
+    chosen = None
+    for row in table:
+        if _version_key(version) >= _version_key(row["from"]):
+            chosen = row["revision"]
+    if chosen is None:
+        raise AnsibleFilterError("nvidia_driver: no driver package revision is known for %r" % (version,))
+    return chosen
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -90,4 +108,5 @@ class FilterModule(object):
             "nvidia_driver_install_list": install_list,
             "nvidia_driver_apt_names": apt_names,
             "nvidia_driver_imex_nodes": imex_nodes,
+            "nvidia_driver_revision": revision,
         }

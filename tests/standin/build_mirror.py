@@ -71,7 +71,8 @@ def fabric_packages(src, versions, arch="amd64"):
     for fields in recorded_index(os.path.join(src, "fixtures", "nvidia-cuda-repo.Packages")):
         name, version = fields["Package"], fields["Version"]
         upstream = version.rsplit("-", 1)[0]
-        if fields["Architecture"] != arch or (name != "nvlsm" and upstream not in versions):
+        if fields["Architecture"] != arch or (name != "nvlsm" and upstream not in versions) \
+                or "X-Distribution" in fields:  # Ubuntu's driver packages: not in the debian12 repository
             continue
         base = name[:-4] if name[-4:-3] == "-" and name[-3:].isdigit() else name
         pkg = dict(name=name, version=version, provides=fields.get("Provides"), files=[],

@@ -169,3 +169,39 @@ def test_imex_node_list_refusals_name_the_node_and_the_fix(addresses, hosts, pro
     with pytest.raises(Exception) as err:
         nvd.imex_nodes(addresses, hosts)
     assert problem in str(err.value) and "nvidia_driver_imex_nodes" in str(err.value)
+
+
+def ubuntu_driver_rows(distro, version, revisions=None):
+    with open(os.path.join(ROOT, "roles", "nvidia_driver", "vars", distro + ".yml")) as handle:
+        data = yaml.safe_load(handle)
+    revision = nvd.revision(version, revisions or data["__nvidia_driver_revisions"])
+    return [{"package": name.replace("{{ nvidia_driver_branch }}", version.split(".")[0]), "version": version + revision}
+            for name in data["__nvidia_driver_packages"]]
+
+
+@pytest.mark.parametrize("distro", ["Ubuntu-22.04", "Ubuntu-24.04"])
+@pytest.mark.parametrize("version", ["580.95.05", "580.105.08", "580.159.04"])
+def test_ubuntu_driver_packages_resolve_against_the_recorded_repository(distro, version):
+    """NVIDIA's Ubuntu repositories give the driver packages -0ubuntu1 up to 580.105.08 and -1ubuntu1
+    from 580.126.09 (the recorded stanzas with X-Distribution: ubuntu)."""
+    assert unresolved(ubuntu_driver_rows(distro, version), "amd64") == []
+
+
+def test_the_fabric_packages_revision_on_ubuntu_driver_packages_does_not_resolve():
+    """The protection: -1 for the driver packages too (what the Ubuntu vars pinned before) is a
+    version NVIDIA's Ubuntu repository does not publish."""
+    rows = ubuntu_driver_rows("Ubuntu-24.04", "580.95.05", [{"from": "0", "revision": "-1"}])
+    assert unresolved(rows, "amd64")[0] == "nvidia-driver-580-open=580.95.05-1 (amd64)"
+
+
+@pytest.mark.parametrize("version, expected", [("580.95.05", "-0ubuntu1"), ("580.105.08", "-0ubuntu1"),
+                                               ("580.126.09", "-1ubuntu1"), ("580.159.04", "-1ubuntu1"),
+                                               ("570.133.20", "-0ubuntu1")])
+def test_revision_by_version(version, expected):
+    table = [{"from": "0", "revision": "-0ubuntu1"}, {"from": "580.126.09", "revision": "-1ubuntu1"}]
+    assert nvd.revision(version, table) == expected
+
+
+def test_no_revision_known_is_refused():
+    with pytest.raises(Exception, match="no driver package revision"):
+        nvd.revision("550.1", [{"from": "580", "revision": "-1"}])
