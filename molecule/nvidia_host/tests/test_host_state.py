@@ -55,10 +55,8 @@ def test_nvlink5_pieces_only_where_the_vpd_says_so(host):
     assert host.package("pciutils").is_installed  # the role installs lspci for the detection
 
 
-def test_kernel_headers_of_the_running_kernel_are_installed(host):
-    kernel = host.check_output("uname -r")
-    assert host.package("linux-headers-" + kernel).is_installed
-    built = host.check_output("dkms status -m nvidia -k %s", kernel)
+def test_kernel_headers_of_the_running_kernel_are_installed(dkms_line):
+    kernel, built = dkms_line("nvidia")
     assert built == "nvidia/580.95.05, %s, x86_64: installed" % kernel
 
 
