@@ -41,7 +41,7 @@ lint: bootstrap
 	@$(STAGE) ansible-lint ansible-lint --offline
 
 pytest: bootstrap
-	@$(STAGE) pytest pytest -p no:cacheprovider -m "not engine"
+	@$(STAGE) pytest pytest -p no:cacheprovider --durations=25 -m "not engine"
 
 # The verification module against a real engine: vLLM's CPU build in the image the lab also
 # serves (built here, cached by content hash) with the tiny model committed under
