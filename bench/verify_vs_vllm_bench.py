@@ -44,9 +44,7 @@ def _load(name, path):
 
 
 def load_module():
-    for name in ("core", "http", "checks"):
-        _load("ansible.module_utils.serving_verify_" + name,
-              os.path.join(ROOT, "module_utils", "serving_verify_%s.py" % name))
+    sys.path.insert(0, os.path.join(ROOT, "collections"))  # the shared code the module imports
     return _load("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
 
 

@@ -30,10 +30,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "filter_plugins"))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "collections"))
 
 import weights_fanout as fanout  # noqa: E402
-from module_utils.weights_common import format_manifest  # noqa: E402
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import format_manifest  # noqa: E402
 
 REPO = "bench-org/tiny-shards"
 REVISION = "f" * 40

@@ -7,6 +7,7 @@ tests (tests/test_plan_golden.py) compare what playbooks/plan.yml renders with t
 """
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import json
 import re
@@ -622,6 +623,29 @@ def k8s_yaml(obj):
 
 
 
+# The unit's ExecStartPre weights re-check (files/check_weights.py) runs on the node without
+# Ansible: it imports the shared code by the same name the modules do, from a copy of the
+# collection's layout beside it. These are the shared modules it needs (weights_common and what
+# weights_common imports); tests/unit/test_weights_modules.py runs the installed form.
+HELPER_SHARED_MODULES = ("weights_common",)
+SHARED_PACKAGE = "ansible_collections.mm3.shared.plugins.module_utils"
+
+
+def helper_files(libexec_dir):
+    """[{src or content, dest, mode}] of what the weights re-check needs beside it: the shared
+    modules it imports, each from its source as the controller's collection loader finds it (one
+    home, never a copy kept in the role), under <libexec_dir>/ansible_collections/mm3/shared/
+    plugins/module_utils/; and an __init__.py that makes that ansible_collections a regular
+    package, so a node's own ansible_collections (an ansible package) cannot shadow it."""
+    root = str(libexec_dir).rstrip("/")
+    dest_dir = "%s/%s" % (root, SHARED_PACKAGE.replace(".", "/"))
+    files = [{"content": "# The shared code of check_weights.py (Ansible: model_server).\n",
+              "dest": "%s/ansible_collections/__init__.py" % root, "mode": "0644"}]
+    files += [{"src": importlib.import_module("%s.%s" % (SHARED_PACKAGE, name)).__file__,
+               "dest": "%s/%s.py" % (dest_dir, name), "mode": "0644"} for name in HELPER_SHARED_MODULES]
+    return files
+
+
 def command_tokens(text):
     """Split a rendered shell command back into argv (line continuations removed)."""
     return shlex.split(text.replace("\\\n", " "))
@@ -635,6 +659,7 @@ class FilterModule(object):
     def filters(self):
         return {
             "model_server_docker_argv": docker_run_argv,
+            "model_server_helper_files": helper_files,
             "model_server_invocation": invocation,
             "model_server_msa_gate_argv": msa_gate_argv,
             "model_server_shell_join": shell_join,

@@ -82,7 +82,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.openpgp import KeyFileError, normalise_fingerprint, pin_problem, primary_fingerprints
+from ansible_collections.mm3.shared.plugins.module_utils.openpgp import KeyFileError, normalise_fingerprint, pin_problem, primary_fingerprints
 from ansible.module_utils.urls import fetch_url
 
 

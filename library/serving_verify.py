@@ -270,10 +270,10 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.serving_verify_checks import Verifier
-from ansible.module_utils.serving_verify_eval import eval_problems
-from ansible.module_utils.serving_verify_core import failure_message
-from ansible.module_utils.serving_verify_http import Client
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_checks import Verifier
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_eval import eval_problems
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_core import failure_message
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_http import Client
 
 
 def summarize_results(results):

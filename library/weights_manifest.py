@@ -134,7 +134,7 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.weights_common import (
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
     SHA1_RE,
     SHA256_RE,
     ManifestError,

@@ -185,7 +185,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.weights_common import (
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
     ManifestError,
     compare,
     file_stats,

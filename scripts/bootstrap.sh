@@ -122,6 +122,15 @@ with zipfile.ZipFile(glob.glob(wheels + "/ansible-*.whl")[0]) as whl:
             sys.exit(f"collection {name} is not in the wheel")
         whl.extractall(dest, members)
 PY
-rm -rf "$wheels" collections && mv collections.new collections
+rm -rf "$wheels"
+# Replace only the vendor collections: collections/ansible_collections/mm3 is the project's own
+# (tracked in git, the code its modules and filters share).
+mkdir -p collections/ansible_collections
+for name in "${collections[@]}"; do
+  rm -rf "collections/ansible_collections/$name"
+  mkdir -p "collections/ansible_collections/${name%/*}"
+  mv "collections.new/ansible_collections/$name" "collections/ansible_collections/$name"
+done
+rm -rf collections.new
 echo "$want" > "$stamp"
 echo "bootstrap: done in $(( $(date +%s) - start )) s"

@@ -14,11 +14,8 @@ import pytest
 import gateway_harness as gh
 from helpers import ROOT, load_source
 
-load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
-http = load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
-load_source("ansible.module_utils.serving_verify_gateway", os.path.join(ROOT, "module_utils", "serving_verify_gateway.py"))
-load_source("ansible.module_utils.serving_verify_eval", os.path.join(ROOT, "module_utils", "serving_verify_eval.py"))
-checks = load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
+from ansible_collections.mm3.shared.plugins.module_utils import serving_verify_http as http  # noqa: E402
+from ansible_collections.mm3.shared.plugins.module_utils import serving_verify_checks as checks  # noqa: E402
 
 MAIN_KEY = "mK3vQ9zL2xR7tB5nW8cJ4hF6dS1aG0pE"
 LIMITS_KEY = "Lq7Wc2Zr9Tn4Vb6Xm1Ks8Jd3Hf5Gp0Ay"

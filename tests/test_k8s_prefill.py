@@ -15,11 +15,10 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
-sys.path.insert(0, str(ROOT))
 
 import model_server as ms  # noqa: E402
 from helpers import rsync_daemon  # noqa: E402
-from module_utils.weights_common import format_manifest  # noqa: E402
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import format_manifest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed "
                                 "(scripts/bootstrap.sh installs it)")

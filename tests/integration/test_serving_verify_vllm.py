@@ -53,11 +53,6 @@ CAPS = ["text", "reasoning", "tools"]  # cpu-lab's capability boundary (roles/se
 
 pytestmark = pytest.mark.engine
 
-load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
-load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
-load_source("ansible.module_utils.serving_verify_gateway", os.path.join(ROOT, "module_utils", "serving_verify_gateway.py"))
-load_source("ansible.module_utils.serving_verify_eval", os.path.join(ROOT, "module_utils", "serving_verify_eval.py"))
-load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
 module = load_source("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402

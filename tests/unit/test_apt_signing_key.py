@@ -1,4 +1,4 @@
-"""apt signing keys are trusted only at a pinned fingerprint (module_utils/openpgp.py and
+"""apt signing keys are trusted only at a pinned fingerprint (openpgp.py of the mm3.shared collection and
 library/apt_signing_key.py).
 
 The fixture is Docker's real release key (tests/fixtures/apt-keys/README.md says where it was
@@ -17,7 +17,7 @@ import pytest
 from helpers import http_files, load_source  # tests/ is on sys.path (pytest.ini)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-openpgp = load_source("ansible.module_utils.openpgp", os.path.join(ROOT, "module_utils", "openpgp.py"))
+from ansible_collections.mm3.shared.plugins.module_utils import openpgp  # noqa: E402
 module = load_source("apt_signing_key", os.path.join(ROOT, "library", "apt_signing_key.py"))
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402

@@ -91,9 +91,8 @@ def test_the_real_engine_healthy_log_matches_nothing():
 
 def test_project_messages():
     # The project's own refusals, in the words roles/model_server/files/check_weights.py and
-    # module_utils/weights_common.recheck print them (imported, not copied).
-    common = load_source("ansible.module_utils.weights_common",
-                         os.path.join(ROOT, "module_utils", "weights_common.py"))
+    # the shared weights_common.recheck print them (imported, not copied).
+    from ansible_collections.mm3.shared.plugins.module_utils import weights_common as common
     no_marker = common.recheck("/nonexistent", b"", None, "0" * 64)
     line = ("minimax-m3: refusing to start: /data/models/x/y/rev is not what was verified: %s. Re-run "
             "playbooks/weights.yml (sync + verify) before starting the engine." % "; ".join(no_marker))

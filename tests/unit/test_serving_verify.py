@@ -28,11 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 
-core = load_source("ansible.module_utils.serving_verify_core", os.path.join(ROOT, "module_utils", "serving_verify_core.py"))
-load_source("ansible.module_utils.serving_verify_http", os.path.join(ROOT, "module_utils", "serving_verify_http.py"))
-load_source("ansible.module_utils.serving_verify_gateway", os.path.join(ROOT, "module_utils", "serving_verify_gateway.py"))
-load_source("ansible.module_utils.serving_verify_eval", os.path.join(ROOT, "module_utils", "serving_verify_eval.py"))
-checks = load_source("ansible.module_utils.serving_verify_checks", os.path.join(ROOT, "module_utils", "serving_verify_checks.py"))
+from ansible_collections.mm3.shared.plugins.module_utils import serving_verify_core as core  # noqa: E402
+from ansible_collections.mm3.shared.plugins.module_utils import serving_verify_checks as checks  # noqa: E402
 module = load_source("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
@@ -275,7 +272,7 @@ def test_failure_message_names_cause_and_fix():
 
 
 def test_every_diagnosis_key_used_exists():
-    src = open(os.path.join(ROOT, "module_utils", "serving_verify_checks.py")).read()
+    src = open(checks.__file__).read()
     for key in ("unreachable", "not_ready", "auth", "model", "reasoning_leak", "tool_leak", "image", "generation", "bench"):
         assert core.diagnose(key)["fix"], key
         assert '"%s"' % key in src or "'%s'" % key in src

@@ -1,4 +1,4 @@
-"""The evaluation set (check `eval` of library/serving_verify.py, module_utils/serving_verify_eval.py):
+"""The evaluation set (check `eval` of library/serving_verify.py, mm3.shared serving_verify_eval.py):
 the refusals of a bad set, each naming the fix and made before any request; what each
 expectation accepts and rejects; the pass threshold, run through the module against the
 protocol stand-in of tests/unit/test_serving_verify_protocol.py (a STAND-IN for SGLang's
@@ -18,7 +18,7 @@ import test_serving_verify as tsv  # noqa: E402  (loads the module and its modul
 from helpers import ROOT, load_source  # noqa: E402
 from test_serving_verify_protocol import KEY, standin  # noqa: E402,F401  (the fixture)
 
-ev = load_source("ansible.module_utils.serving_verify_eval", os.path.join(ROOT, "module_utils", "serving_verify_eval.py"))
+from ansible_collections.mm3.shared.plugins.module_utils import serving_verify_eval as ev  # noqa: E402
 TOOLS = tsv.core.TOOLS
 SHIPPED = {name: yaml.safe_load(open(os.path.join(ROOT, "evals", name)).read())
            for name in ("minimax-m3.yml", "lab-tiny-m3.yml")}

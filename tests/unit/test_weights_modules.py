@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 
-common = load_source("ansible.module_utils.weights_common", os.path.join(ROOT, "module_utils", "weights_common.py"))
+from ansible_collections.mm3.shared.plugins.module_utils import weights_common as common  # noqa: E402
 verify = load_source("weights_verify", os.path.join(ROOT, "library", "weights_verify.py"))
 manifest_mod = load_source("weights_manifest", os.path.join(ROOT, "library", "weights_manifest.py"))
 
@@ -328,16 +328,25 @@ def test_manifest_header_and_pin_problem():
 # --- the re-check before every engine start (role model_server, ExecStartPre) -------------
 
 CHECKER = os.path.join(ROOT, "roles", "model_server", "files", "check_weights.py")
+ms_filters = load_source("model_server_filters", os.path.join(ROOT, "filter_plugins", "model_server.py"))
 
 
 def _checker(wdir, man, marker, pin, repo="org/tiny", revision="a" * 40):
-    """Run the installed form of the check: the script beside a copy of weights_common.py."""
+    """Run the installed form of the check: the script and the shared code it imports, laid
+    out by the filter the role installs them with (model_server_helper_files)."""
+    import pathlib
     import shutil
     import subprocess
     libexec = wdir.parent / "libexec"
     libexec.mkdir(exist_ok=True)
     shutil.copy(CHECKER, libexec / "check_weights.py")
-    shutil.copy(os.path.join(ROOT, "module_utils", "weights_common.py"), libexec / "weights_common.py")
+    for item in ms_filters.helper_files(str(libexec)):
+        dest = pathlib.Path(item["dest"])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if "src" in item:
+            shutil.copy(item["src"], dest)
+        else:
+            dest.write_text(item["content"])
     return subprocess.run([sys.executable, str(libexec / "check_weights.py"), "--dir", str(wdir),
                            "--manifest", str(man), "--marker", str(marker), "--sha256", pin,
                            "--repo", repo, "--revision", revision], capture_output=True, text=True)

@@ -5,7 +5,7 @@ A stand-in for the real 444 GB weights in tests and the lab: a byte-level BPE to
 with `tokenizers` on local text (Python's standard library sources), a 2-layer Llama with
 random initial weights, and a Qwen/Hermes-style chat template with `<think>` and `<tool_call>`
 markup. It is trained for a few hundred steps on the verify module's own probe prompts
-(module_utils/serving_verify_core.py) so that, decoded greedily (generation_config top_k 1), it
+(the mm3.shared collection's serving_verify_core) so that, decoded greedily (generation_config top_k 1), it
 emits a reasoning block and then an answer, or a reasoning block and then tool calls when tools
 are offered. vLLM serves it with `--reasoning-parser qwen3 --enable-auto-tool-choice
 --tool-call-parser hermes`.
@@ -60,7 +60,7 @@ MARKUP = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>
 
 
 def load_core():
-    path = ROOT / "module_utils" / "serving_verify_core.py"
+    path = ROOT / "collections" / "ansible_collections" / "mm3" / "shared" / "plugins" / "module_utils" / "serving_verify_core.py"
     spec = importlib.util.spec_from_file_location("serving_verify_core", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

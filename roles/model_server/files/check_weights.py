@@ -6,7 +6,8 @@ No hashing: the manifest must hash to the pinned value and to the marker's bindi
 marker must name the repo and revision of the unit, every manifest file must have the size and
 mtime recorded at verification and no other file may be in the directory. A restart or a
 reboot therefore never serves bytes that changed underneath; re-run playbooks/weights.yml to
-re-verify. The checks are weights_common.recheck, the same code the Ansible modules use.
+re-verify. The checks are weights_common.recheck, the same code the Ansible modules use,
+imported by the same name from the collection layout the role installs beside this file.
 
 usage: check_weights.py --dir D --manifest M --marker K --sha256 HEX --repo R --revision REV
 """
@@ -15,7 +16,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from weights_common import recheck  # noqa: E402  (installed beside this file)
+# installed beside this file (role model_server, filter model_server_helper_files)
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import recheck  # noqa: E402
 
 
 def main(argv=None):

@@ -18,7 +18,7 @@ import socket
 import ssl
 from urllib.parse import urlparse
 
-from ansible.module_utils.serving_verify_core import check_result, image_messages
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_core import check_result, image_messages
 
 GATEWAY_CHECKS = ["gateway_paths", "gateway_body", "gateway_max_tokens", "gateway_media",
                   "gateway_tls", "gateway_rate"]

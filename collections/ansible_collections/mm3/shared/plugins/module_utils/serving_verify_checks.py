@@ -10,7 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.serving_verify_core import (
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_core import (
     CHAT_PROMPT,
     REASONING_PROMPT,
     REFERENCE_FIGURES,
@@ -32,8 +32,8 @@ from ansible.module_utils.serving_verify_core import (
     url_allowed,
     validate_tool_calls,
 )
-from ansible.module_utils.serving_verify_eval import case_capability, eval_judge, eval_request
-from ansible.module_utils.serving_verify_gateway import GATEWAY_CHECKS, GatewayChecks
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_eval import case_capability, eval_judge, eval_request
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_gateway import GATEWAY_CHECKS, GatewayChecks
 
 ALL_CHECKS = ["health", "models", "chat", "reasoning", "tools", "image", "auth"] + GATEWAY_CHECKS + ["bench"]
 HEALTH_PROMPT = "Say OK."

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible.module_utils.serving_verify_core import (
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_core import (
     find_reasoning_leaks, find_tool_leaks, image_messages, png_data_uri, reasoning_of, validate_schema,
     validate_tool_calls)
 
