@@ -361,13 +361,26 @@ def fleet_upstreams(nodes, hostvars):
     return result
 
 
+def gateway_client(clients, name=""):
+    """The gateway client named `name` (the first one when the name is empty or unknown), with
+    every limit its entry leaves out at the gateway's default (CLIENT_DEFAULTS), key included:
+    what a check that acts as that client needs (use it only in no_log tasks). {} when there is
+    no client."""
+    entries = [c for c in (clients or []) if isinstance(c, dict)]
+    chosen = [c for c in entries if name and c.get("name") == name] or entries[:1]
+    if not chosen:
+        return {}
+    return dict(CLIENT_DEFAULTS, **chosen[0])
+
+
 def gateway_keys_map(spec):
     """The map file HAProxy loads: '<sha256 of key> <client name>' per line."""
     return "".join("%s %s\n" % (c["key_sha256"], c["name"]) for c in spec["clients"])
 
 
 class FilterModule(object):
-    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_key_digest, gateway_private_paths,
+    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_client, gateway_key_digest,
+    gateway_private_paths,
     gateway_fleet_upstreams, gateway_pool_name."""
 
     def filters(self):
@@ -375,6 +388,7 @@ class FilterModule(object):
             "gateway_resolve": gateway_resolve,
             "gateway_blockers_text": gateway_blockers_text,
             "gateway_keys_map": gateway_keys_map,
+            "gateway_client": gateway_client,
             "gateway_key_digest": key_digest,
             "gateway_private_paths": private_paths,
             "gateway_fleet_upstreams": fleet_upstreams,

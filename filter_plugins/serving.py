@@ -680,24 +680,33 @@ def serving_blockers_text(spec):
     return "\n".join(lines)
 
 
-def health_url(spec):
-    """The URL a probe on the node itself asks for the engine's health: loopback when the engine
-    binds every address, an IPv6 address in brackets (model_server's readiness wait, diagnose)."""
+def engine_url(spec):
+    """The base URL a client on the node itself reaches the engine at: loopback when the engine
+    binds every address, an IPv6 address in brackets (model_server's readiness wait, diagnose,
+    the verification)."""
     host = str((spec or {}).get("bind_address") or "127.0.0.1")
     if host in ("0.0.0.0", "::", "localhost"):
         host = "127.0.0.1"
     if ":" in host:
         host = "[%s]" % host
-    return "http://%s:%s%s" % (host, (spec or {}).get("port"), (spec or {}).get("health_path") or "/health")
+    return "http://%s:%s" % (host, (spec or {}).get("port"))
+
+
+def health_url(spec):
+    """The URL a probe on the node itself asks for the engine's health (engine_url + the
+    engine's health path)."""
+    return engine_url(spec) + ((spec or {}).get("health_path") or "/health")
 
 
 class FilterModule(object):
-    """serving_resolve, serving_blockers_text, serving_is_loopback, serving_health_url."""
+    """serving_resolve, serving_blockers_text, serving_is_loopback, serving_engine_url,
+    serving_health_url."""
 
     def filters(self):
         return {
             "serving_resolve": serving_resolve,
             "serving_blockers_text": serving_blockers_text,
             "serving_is_loopback": is_loopback,
+            "serving_engine_url": engine_url,
             "serving_health_url": health_url,
         }

@@ -156,3 +156,15 @@ def test_vllm_gets_the_media_allowlist_as_its_own_switch_and_sglang_nothing():
     bad = serving.serving_resolve(facts["serving_matrix"], profile="h200", engine="vllm",
                                   media_domains=["https://x/"], **base)
     assert any("serving_media_domains entry 'https://x/' is not a host name" in b for b in bad["blockers"])
+
+
+def test_a_check_acting_as_a_client_gets_its_limits_with_the_gateway_defaults():
+    """gateway_client: the named client (else the first), every limit it leaves out at the
+    gateway's default (a client without requests_per_minute is held to 600, so the rate check
+    must test 600, not skip)."""
+    clients = [{"name": "app", "key": "k1"}, {"name": "slow", "key": "k2", "requests_per_minute": 6}]
+    assert gateway.gateway_client(clients, "slow")["requests_per_minute"] == 6
+    assert gateway.gateway_client(clients, "app") == dict(gateway.CLIENT_DEFAULTS, name="app", key="k1")
+    assert gateway.gateway_client(clients)["name"] == "app"
+    assert gateway.gateway_client(clients, "nobody")["name"] == "app"
+    assert gateway.gateway_client([], "app") == {}

@@ -26,10 +26,11 @@ def resolve(profile, **kw):
 
 def test_filters_registered():
     assert set(serving.FilterModule().filters()) == {
-        "serving_resolve", "serving_blockers_text", "serving_is_loopback", "serving_health_url"}
+        "serving_resolve", "serving_blockers_text", "serving_is_loopback", "serving_engine_url",
+        "serving_health_url"}
     assert set(ms.FilterModule().filters()) == {
         "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_invocation",
-        "model_server_shell_join",
+        "model_server_shell_join", "model_server_helper_files",
         "model_server_systemd_join", "model_server_k8s_manifests", "model_server_k8s_problems",
         "model_server_k8s_yaml"}
 
@@ -291,3 +292,4 @@ def test_the_health_url_a_probe_on_the_node_asks(bind, url):
     """One URL for model_server's readiness wait and diagnose's health read."""
     spec = {"bind_address": bind, "port": 30000, "health_path": "/health"}
     assert serving.health_url(spec) == url
+    assert serving.engine_url(spec) == url[:-len("/health")]
