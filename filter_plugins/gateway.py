@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import ipaddress
 import re
+
+from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
 try:
     from cryptography import x509
@@ -27,14 +28,7 @@ try:
 except ImportError:  # pragma: no cover - cryptography ships with ansible-core
     HAS_CRYPTOGRAPHY = False
 
-# A control character (C0, DEL, C1): nothing that reaches haproxy.cfg may hold one.
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 CLIENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-# RFC 1123 host names (an allowlist entry is a host, not a URL, pattern or address range).
-HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
-KEY_MIN_LENGTH = 32
-KEY_PLACEHOLDERS = ("changeme", "change-me", "replaceme", "replace-me", "your-api-key",
-                    "yourapikey", "placeholder", "example", "<", ">")
 # What a client may send unless its entry says otherwise.
 CLIENT_DEFAULTS = {"requests_per_minute": 600, "concurrent": 16, "max_body_bytes": 2 * 1024 * 1024,
                    "max_tokens": 8192}
@@ -61,18 +55,6 @@ ENGINE_PRIVATE_PATHS = ["/invocations", "/tokenize", "/detokenize", "/server_inf
                         "/metrics", "/version", "/ping", "/v2/models"]
 
 
-def _int_in(value, low, high):
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
-    else:
-        return None
-    return number if low <= number <= high else None
-
-
 def key_digest(key):
     """The SHA-256 hex of a client key, as HAProxy's `sha2(256),hex,lower` computes it."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
@@ -81,17 +63,10 @@ def key_digest(key):
 def key_problem(name, key):
     """Why a client key cannot be used, or None. Never echoes the key."""
     fix = ("set gateway_clients[%s].key to a random string of at least %d characters "
-           "(openssl rand -hex 32), vaulted" % (name, KEY_MIN_LENGTH))
+           "(openssl rand -hex 32), vaulted" % (name, v.SECRET_MIN_LENGTH))
     if not isinstance(key, str) or not key:
         return "gateway client '%s' has no key (or not a string): %s." % (name, fix)
-    if CONTROL_RE.search(key) or any(ch.isspace() for ch in key):
-        return "gateway client '%s' key holds whitespace or a control character: %s." % (name, fix)
-    if len(key) < KEY_MIN_LENGTH:
-        return "gateway client '%s' key has %d characters (at least %d): %s." % (
-            name, len(key), KEY_MIN_LENGTH, fix)
-    if any(word in key.lower() for word in KEY_PLACEHOLDERS) or len(set(key)) < 8:
-        return "gateway client '%s' key looks like a placeholder, not a random key: %s." % (name, fix)
-    return None
+    return v.secret_problem(key, "gateway client '%s' key" % name, fix)
 
 
 def clients_resolve(clients):
@@ -107,7 +82,7 @@ def clients_resolve(clients):
     for index, client in enumerate(clients):
         if not isinstance(client, dict):
             blockers.append("gateway_clients[%d] is a %s, not a mapping with name and key."
-                            % (index, type(client).__name__))
+                            % (index, v.type_name(client)))
             continue
         name = client.get("name")
         if not isinstance(name, str) or not CLIENT_NAME_RE.match(name):
@@ -137,7 +112,7 @@ def clients_resolve(clients):
         for setting, default in CLIENT_DEFAULTS.items():
             low, high = CLIENT_LIMITS[setting]
             value = client.get(setting, default)
-            number = _int_in(value, low, high)
+            number = v.whole_number(value, low, high)
             if number is None:
                 blockers.append("gateway client '%s' %s is %r: set a whole number between %d and %d."
                                 % (name, setting, value, low, high))
@@ -147,43 +122,20 @@ def clients_resolve(clients):
     return resolved, blockers
 
 
-def networks_problems(networks, name):
-    """(normalised CIDR strings, blockers)."""
-    if not isinstance(networks, list):
-        return [], ["%s is a %s: list networks in CIDR form, e.g. ['10.20.0.0/16']."
-                    % (name, type(networks).__name__)]
-    result, blockers = [], []
-    for item in networks:
-        try:
-            result.append(str(ipaddress.ip_network(str(item).strip(), strict=False)))
-        except ValueError:
-            blockers.append("%s entry %r is not a network (CIDR like 10.20.0.0/16 or an address): "
-                            "fix it." % (name, item))
-    return result, blockers
-
-
 def media_allowlist_problems(entries):
     """(lowercased host names, blockers). Default (empty): data URIs only."""
     if not isinstance(entries, list):
         return [], ["gateway_media_allowlist is a %s: list host names, e.g. ['images.intranet']."
-                    % type(entries).__name__]
+                    % v.type_name(entries)]
     result, blockers = [], []
     for item in entries:
         host = str(item).strip().lower().rstrip(".") if isinstance(item, str) else ""
-        if not HOSTNAME_RE.match(host) or _is_ip(host):
+        if not v.is_hostname(host) or v.is_ip(host):
             blockers.append("gateway_media_allowlist entry %r is not a host name (no scheme, path, "
                             "port, wildcard or address): write it as images.intranet." % (item,))
         else:
             result.append(host)
     return sorted(set(result)), blockers
-
-
-def _is_ip(text):
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return False
 
 
 def tls_problems(cert_pem, key_pem, now=None):
@@ -236,9 +188,9 @@ def upstreams_problems(upstreams):
             blockers.append("gateway upstream %d is not a mapping." % index)
             continue
         name = str(item.get("name", ""))
-        port = _int_in(item.get("port"), 1, 65535)
+        port = v.whole_number(item.get("port"), 1, 65535)
         address = str(item.get("address", "")).strip()
-        ok_address = _is_ip(address) or HOSTNAME_RE.match(address.lower() or "-")
+        ok_address = v.is_host(address)
         if not CLIENT_NAME_RE.match(name.lower()) or port is None or not ok_address:
             blockers.append("gateway upstream %r is not {name, address (IP or host name), port "
                             "1-65535}: fix gateway_upstreams." % (item,))
@@ -256,19 +208,19 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
     blockers = []
     resolved_clients, problems = clients_resolve(clients)
     blockers += problems
-    gw_port = _int_in(port, 1, 65535)
-    if gw_port is None:
-        blockers.append("gateway_port is %r: set a TCP port between 1 and 65535." % (port,))
-    if not _is_ip(str(bind_address)):
+    gw_port, problem = v.port_problem(port, "gateway_port")
+    if problem:
+        blockers.append(problem)
+    if not v.is_ip(str(bind_address)):
         blockers.append("gateway_bind_address %r is not an IP address: set one of this host's "
                         "addresses, or 0.0.0.0 with gateway_allowed_networks." % (bind_address,))
-    allowed, problems = networks_problems(allowed_networks if allowed_networks is not None else [],
-                                          "gateway_allowed_networks")
+    allowed, problems = v.networks(allowed_networks if allowed_networks is not None else [],
+                                   "gateway_allowed_networks")
     blockers += problems
     if not allowed and not problems:
         blockers.append("gateway_allowed_networks is empty: list the client networks that may reach "
                         "the gateway (CIDR), e.g. ['10.20.0.0/16']; the firewall admits nobody else.")
-    metrics, problems = networks_problems(metrics_networks or [], "gateway_metrics_networks")
+    metrics, problems = v.networks(metrics_networks or [], "gateway_metrics_networks")
     blockers += problems
     media, problems = media_allowlist_problems(media_allowlist if media_allowlist is not None else [])
     blockers += problems
@@ -278,15 +230,15 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
         blockers.append("gateway_upstreams mixes TLS and plain upstreams: a node gateway forwards to "
                         "its engine on loopback, a fleet gateway only to node gateways over TLS.")
     for up in ups:
-        if not up["tls"] and not _loopback(up["address"]):
+        if not up["tls"] and not v.is_loopback(up["address"]):
             blockers.append("gateway upstream %s (%s) is neither loopback nor TLS: the engine must "
                             "listen on 127.0.0.1 behind the gateway (serving_bind_address), and a "
                             "fleet gateway reaches nodes through their own gateways." % (up["name"], up["address"]))
-    if not _loopback(engine_bind_address):
+    if not v.is_loopback(engine_bind_address):
         blockers.append("serving_bind_address is %s while a gateway fronts the engine: set "
                         "serving_bind_address: 127.0.0.1 (only the gateway may reach the engine)."
                         % engine_bind_address)
-    timeout = _int_in(upstream_timeout_s, 10, 86400)
+    timeout = v.whole_number(upstream_timeout_s, 10, 86400)
     if timeout is None:
         blockers.append("gateway_upstream_timeout_s is %r: set seconds between 10 and 86400 (long "
                         "generations stream for minutes)." % (upstream_timeout_s,))
@@ -305,33 +257,12 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
         "bufsize": _round_up(largest_body + 65536, 16384),
         "blockers": blockers,
     }
-    for where, value in _strings(spec, "gateway"):
-        if CONTROL_RE.search(value):
-            blockers.append("%s is %r, which holds a control character: write it on one line."
-                            % (where, value))
+    blockers.extend(v.control_problems({k: item for k, item in spec.items() if k != "blockers"}, "gateway"))
     return spec
 
 
 def _round_up(value, unit):
     return ((value + unit - 1) // unit) * unit
-
-
-def _loopback(address):
-    try:
-        return ipaddress.ip_address(str(address)).is_loopback
-    except ValueError:
-        return str(address).lower() == "localhost"
-
-
-def _strings(value, where):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(item, "%s.%s" % (where, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, "%s[%d]" % (where, index))
-    elif isinstance(value, str):
-        yield where, value
 
 
 def gateway_blockers_text(spec):

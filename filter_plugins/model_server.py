@@ -8,7 +8,6 @@ tests (tests/test_plan_golden.py) compare what playbooks/plan.yml renders with t
 from __future__ import annotations
 
 import importlib
-import ipaddress
 import json
 import re
 import shlex
@@ -16,16 +15,16 @@ import shlex
 import yaml
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
 _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def checked(argv):
     """argv as strings, refused (AnsibleFilterError) when a token holds a control character:
     the last guard where argv is built (serving_resolve already refuses such input by name)."""
     argv = [str(token) for token in argv]
-    bad = [token for token in argv if _CONTROL.search(token)]
+    bad = [token for token in argv if v.has_control(token)]
     if bad:
         raise AnsibleFilterError("refusing to build a command with a control character in %r: fix "
                                  "the value it came from (serving_* or model_server_* variables)."
@@ -35,11 +34,8 @@ def checked(argv):
 
 def publish(address, port, container_port):
     """docker -p HOST:PORT:CPORT, with an IPv6 host address in brackets ([::1]:30000:8000)."""
-    try:
-        if ipaddress.ip_address(str(address)).version == 6:
-            address = "[%s]" % address
-    except ValueError:
-        pass
+    if getattr(v.ip_address(str(address)), "version", 4) == 6:
+        address = "[%s]" % address
     return "%s:%s:%s" % (address, port, container_port)
 
 
@@ -213,10 +209,6 @@ _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z
 _QUANTITY = re.compile(r"^[1-9][0-9]{0,6}(Ki|Mi|Gi|Ti)$")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_HOST = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?$")
-_DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _RSYNC_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 K8S_ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
 K8S_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -313,12 +305,13 @@ def _k8s_str(value, where, problems, pattern=None, what=None, optional=False):
             problems.append("%s is empty: set it (%s)." % (where, what or "a value"))
         return
     if not isinstance(value, str):
-        problems.append("%s is a %s, not a string: set %s." % (where, type(value).__name__, what or "a string"))
+        problems.append("%s is a %s, not a string: set %s." % (where, v.type_name(value), what or "a string"))
         return
-    if _CONTROL.search(value):
+    if v.has_control(value):
         problems.append("%s holds a control character: write it on one line without one." % where)
         return
-    if pattern is not None and not pattern.match(value):
+    # a pattern, or a check of the shared validation module
+    if pattern is not None and not (pattern(value) if callable(pattern) else pattern.match(value)):
         problems.append("%s is %r: set %s." % (where, value, what))
 
 
@@ -329,7 +322,7 @@ def _k8s_int(value, where, low, high, problems):
 
 def _k8s_string_map(value, where, problems):
     if not isinstance(value, dict):
-        problems.append("%s is a %s: set a mapping of label keys to values." % (where, type(value).__name__))
+        problems.append("%s is a %s: set a mapping of label keys to values." % (where, v.type_name(value)))
         return
     for key, item in value.items():
         _k8s_str(key, "%s key" % where, problems, _LABEL_KEY, "a label key (example.com/name)")
@@ -373,7 +366,7 @@ def k8s_problems(spec, settings):
     if tolerations is not None:
         if not isinstance(tolerations, list):
             p.append("model_server_k8s_tolerations is a %s: list {key, operator, effect} items, or "
-                     "leave it null (the GPU pool's taint, the resource name)." % type(tolerations).__name__)
+                     "leave it null (the GPU pool's taint, the resource name)." % v.type_name(tolerations))
         else:
             for index, item in enumerate(tolerations):
                 where = "model_server_k8s_tolerations[%d]" % index
@@ -388,12 +381,12 @@ def k8s_problems(spec, settings):
                 _k8s_str(item.get("value"), where + ".value", p, _LABEL_VALUE, "a taint value", optional=True)
     gate = s.get("msa_gate_command")
     if gate is not None and (not isinstance(gate, list) or not gate
-                             or any(not isinstance(t, str) or _CONTROL.search(t) for t in gate)):
+                             or any(not isinstance(t, str) or v.has_control(t) for t in gate)):
         p.append("model_server_k8s_msa_gate_command must be a list of strings without control "
                  "characters (or null: no gate).")
     # what the pod is made of
     image = spec.get("image") or {}
-    if not image.get("digest") or not _DIGEST_REF.match(str(image.get("ref", ""))):
+    if not image.get("digest") or not v.is_digest_reference(str(image.get("ref", ""))):
         p.append("image %s is not pinned by digest: a cluster pulls the image again on every new "
                  "node, so the Deployment names it by digest only; set serving_image: {digest: "
                  "'sha256:<64 hex>'} (its RepoDigests on the staging host)." % image.get("ref"))
@@ -405,16 +398,16 @@ def k8s_problems(spec, settings):
         p.append("profile %s asks for %s GPUs of vendor %r, which has no device-plugin resource."
                  % (spec.get("profile"), spec["gpu"]["count"], gpu))
     weights = spec.get("weights") or {}
-    if not _HEX40.match(str(weights.get("revision") or "")):
+    if not v.is_git_commit(str(weights.get("revision") or "")):
         p.append("the weights revision %r is not a full commit sha: set serving_weights_revision "
                  "(the volume and the Job are named by it)." % weights.get("revision"))
-    if not _HEX64.match(str(weights.get("manifest_sha256") or "")):
+    if not v.is_sha256(str(weights.get("manifest_sha256") or "")):
         p.append("the weights manifest of %s is not pinned: set serving_weights_manifest_sha256 (the "
                  "pre-fill Job refuses any other manifest, the pod any unverified volume)."
                  % weights.get("repo"))
-    _k8s_str(s.get("prefill_image"), "model_server_k8s_prefill_image", p, _DIGEST_REF,
+    _k8s_str(s.get("prefill_image"), "model_server_k8s_prefill_image", p, v.is_digest_reference,
              "an image with sh, rsync and coreutils, by digest (registry/name@sha256:<64 hex>)")
-    _k8s_str(s.get("rsync_server"), "model_server_k8s_rsync_server", p, _HOST,
+    _k8s_str(s.get("rsync_server"), "model_server_k8s_rsync_server", p, v.is_host,
              "the address the cluster's pods reach the staging rsync daemon at")
     _k8s_int(s.get("rsync_port"), "model_server_k8s_rsync_port", 1, 65535, p)
     _k8s_str(s.get("rsync_user"), "model_server_k8s_rsync_user", p, _RSYNC_USER, "the daemon's user name")
@@ -627,7 +620,7 @@ def k8s_yaml(obj):
 # Ansible: it imports the shared code by the same name the modules do, from a copy of the
 # collection's layout beside it. These are the shared modules it needs (weights_common and what
 # weights_common imports); tests/unit/test_weights_modules.py runs the installed form.
-HELPER_SHARED_MODULES = ("weights_common",)
+HELPER_SHARED_MODULES = ("weights_common", "validation")
 SHARED_PACKAGE = "ansible_collections.mm3.shared.plugins.module_utils"
 
 

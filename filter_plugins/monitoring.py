@@ -11,11 +11,10 @@ refuse before anything changes (tests/unit/test_monitoring_filters.py).
 """
 from __future__ import annotations
 
-import ipaddress
 import re
 
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+from ansible_collections.mm3.shared.plugins.module_utils import validation as v
+
 LABEL_RE = re.compile(r"^[A-Za-z0-9_.:@/+-]{1,128}$")
 URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/%+-]*)?$")
 
@@ -48,56 +47,7 @@ def _gpu_skip_reason(vendor, enabled, suffix=""):
 
 
 def _number(value, low, high, integer=False):
-    if isinstance(value, bool):
-        return None
-    try:
-        number = int(value) if integer else float(value)
-    except (TypeError, ValueError):
-        return None
-    if integer and str(value).strip() != str(number):
-        return None
-    return number if low <= number <= high else None
-
-
-def _is_ip(text):
-    try:
-        ipaddress.ip_address(str(text))
-        return True
-    except ValueError:
-        return False
-
-
-def _host_ok(text):
-    return _is_ip(text) or bool(HOSTNAME_RE.match(str(text).lower() or "-"))
-
-
-def _strings(value, where):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(item, "%s.%s" % (where, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, "%s[%d]" % (where, index))
-    elif isinstance(value, str):
-        yield where, value
-
-
-def control_problems(value, where):
-    return ["%s is %r, which holds a control character: write it on one line." % (w, v)
-            for w, v in _strings(value, where) if CONTROL_RE.search(v)]
-
-
-def networks_problems(networks, name):
-    result, problems = [], []
-    if not isinstance(networks, list):
-        return [], ["%s is %r: list networks in CIDR form, e.g. ['10.30.0.0/24']." % (name, networks)]
-    for item in networks:
-        try:
-            result.append(str(ipaddress.ip_network(str(item), strict=False)))
-        except ValueError:
-            problems.append("%s entry %r is not a network in CIDR form (e.g. 10.30.0.0/24): fix %s."
-                            % (name, item, name))
-    return result, problems
+    return v.whole_number(value, low, high) if integer else v.number(value, low, high)
 
 
 def monitoring_resolve(budget=None, alert_for=None, scrape_interval_s=15, listen_address="127.0.0.1",
@@ -129,7 +79,7 @@ def monitoring_resolve(budget=None, alert_for=None, scrape_interval_s=15, listen
     if interval is None:
         blockers.append("monitoring_scrape_interval_s is %r: set whole seconds between 1 and 300."
                         % (scrape_interval_s,))
-    if not _is_ip(listen_address):
+    if not v.is_ip(listen_address):
         blockers.append("monitoring_listen_address %r is not an IP address: set 127.0.0.1 (reach the "
                         "UI through an SSH tunnel) or this host's address on the operators' network."
                         % (listen_address,))
@@ -165,7 +115,7 @@ def monitoring_resolve(budget=None, alert_for=None, scrape_interval_s=15, listen
         "blackbox_port": ports["monitoring_blackbox_port"], "retention_days": retention,
         "webhook_url": webhook, "targets": targets, "blockers": blockers,
     }
-    blockers.extend(control_problems({k: v for k, v in spec.items() if k != "blockers"}, "monitoring"))
+    blockers.extend(v.control_problems({k: item for k, item in spec.items() if k != "blockers"}, "monitoring"))
     return spec
 
 
@@ -191,7 +141,7 @@ def node_target(node, node_vars):
         if _number(value, 1, 65535, integer=True) is None:
             blockers.append("node %s: %s is %r: set a TCP port between 1 and 65535." % (node, name, value))
     address = str(node_vars.get("gateway_node_address") or node_vars.get("monitoring_node_address") or node)
-    if not _host_ok(address):
+    if not v.is_host(address):
         blockers.append("node %s: address %r is neither an IP nor a host name: set "
                         "gateway_node_address for it." % (node, address))
     if not spec:
@@ -205,7 +155,7 @@ def node_target(node, node_vars):
         engine = {"scheme": "https", "port": gateway_port, "path": "/metrics"}
     else:
         bind = str(spec.get("bind_address") or "127.0.0.1")
-        if not _is_ip(bind) or ipaddress.ip_address(bind).is_loopback:
+        if not v.is_ip(bind) or v.is_loopback(bind):
             blockers.append("node %s: its engine listens on loopback with no gateway in front, so no "
                             "monitoring host can scrape it: set serving_gateway: true (and "
                             "gateway_metrics_networks to the monitoring host's network)." % node)
@@ -232,8 +182,6 @@ def monitoring_targets(nodes, hostvars):
     return [node_target(n, hostvars[n]) for n in nodes or []]
 
 
-DIGEST_REF_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)+"
-                           r"@sha256:[0-9a-f]{64}$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9_@-]{1,64}$")
 
 
@@ -247,12 +195,12 @@ def monitoring_node_resolve(networks, listen_address="0.0.0.0", exporter_port=91
     """monitoring_node_spec for one serving node: the exporters' arguments, ports and the
     firewall's networks. Never raises; each problem is one line in blockers naming the fix."""
     blockers = []
-    nets, problems = networks_problems(networks, "monitoring_node_networks")
+    nets, problems = v.networks(networks, "monitoring_node_networks")
     blockers += problems
     if not nets and not problems:
         blockers.append("monitoring_node_networks is empty: list the monitoring host's network (CIDR); "
                         "it defaults to gateway_metrics_networks, which the monitoring host needs too.")
-    if not _is_ip(listen_address):
+    if not v.is_ip(listen_address):
         blockers.append("monitoring_node_listen_address %r is not an IP address: set 0.0.0.0 (the "
                         "firewall admits the monitoring networks only) or the node's own address."
                         % (listen_address,))
@@ -272,7 +220,7 @@ def monitoring_node_resolve(networks, listen_address="0.0.0.0", exporter_port=91
         if gpu_port is None or gpu_port == port:
             blockers.append("monitoring_node_dcgm_port is %r: set a TCP port between 1 and 65535 other "
                             "than the node exporter's." % (dcgm_port,))
-        if not DIGEST_REF_RE.match(image):
+        if not v.is_digest_reference(image):
             blockers.append("monitoring_node_dcgm_image is %r: on an NVIDIA node pin NVIDIA's DCGM "
                             "exporter by digest (nvcr.io/nvidia/k8s/dcgm-exporter@sha256:<64 hex>, the "
                             "RepoDigests after a pull; load it on the node from the site registry mirror), or "
@@ -288,7 +236,7 @@ def monitoring_node_resolve(networks, listen_address="0.0.0.0", exporter_port=91
             "dcgm": dcgm, "dcgm_image": image if dcgm else "", "dcgm_port": gpu_port,
             "gpu_exporter_skipped": None if dcgm else _gpu_skip_reason(vendor, gpu_exporter),
             "blockers": blockers}
-    blockers.extend(control_problems({k: v for k, v in spec.items() if k != "blockers"}, "monitoring_node"))
+    blockers.extend(v.control_problems({k: item for k, item in spec.items() if k != "blockers"}, "monitoring_node"))
     return spec
 
 

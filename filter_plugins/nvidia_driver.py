@@ -9,9 +9,9 @@ branches 570 and 580, amd64 and arm64.
 """
 from __future__ import annotations
 
-import ipaddress
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.mm3.shared.plugins.module_utils.validation import ip_address
 
 
 def package_name(component, branch):
@@ -64,9 +64,8 @@ def imex_nodes(addresses, hosts=None):
     lines, problems, seen = [], [], set()
     for index, address in enumerate(addresses or []):
         who = hosts[index] if index < len(hosts) else "entry %d" % (index + 1)
-        try:
-            ip = ipaddress.ip_address(str(address).strip())
-        except ValueError:
+        ip = ip_address(str(address).strip())
+        if ip is None:
             problems.append("%s: %r is not an IP address" % (who, address))
             continue
         if str(ip) in seen:

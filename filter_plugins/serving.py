@@ -11,15 +11,12 @@ dictionaries merge key by key, lists and scalars are replaced.
 """
 from __future__ import annotations
 
-import ipaddress
 import posixpath
 import re
 
 from ansible.plugins.filter.core import combine
+from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
-REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 KNOWN_CAPABILITIES = ("text", "reasoning", "tools", "image", "video")
 # Flags that carry the tensor-parallel size, per engine.
 TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size", "-tp")
@@ -34,13 +31,6 @@ CAPABILITY_RE = re.compile(r"ALL|(CAP_)?[A-Z][A-Z_]*")
 USER_RE = re.compile(r"[0-9]+(:[0-9]+)?")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TMPFS_RE = re.compile(r"/[A-Za-z0-9_./-]*(:[A-Za-z0-9_=,.-]+)?")
-# The API key: long, one token, not a value copied from an example.
-API_KEY_MIN_LENGTH = 32
-API_KEY_PLACEHOLDERS = ("changeme", "change-me", "change_me", "replaceme", "replace-me",
-                        "replace_me", "your-api-key", "your_api_key", "yourapikey", "placeholder",
-                        "example", "<", ">")
-# A control character (C0, DEL, C1) anywhere in a value that reaches a unit file or argv.
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def merge(base, *overrides):
@@ -50,16 +40,6 @@ def merge(base, *overrides):
         if override:
             result = combine(result, override, recursive=True)
     return result
-
-
-def is_loopback(address):
-    """True for 127.0.0.0/8, ::1 and 'localhost'."""
-    if str(address).strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(str(address).strip()).is_loopback
-    except ValueError:
-        return False
 
 
 def apply_presets(args, presets, names):
@@ -122,7 +102,7 @@ def image_local_tag(image):
     that name when the digest reference does not resolve. None when there is no digest.
     """
     digest = image.get("digest")
-    if not digest or image.get("local_id") or not DIGEST_RE.match(str(digest)):
+    if not digest or image.get("local_id") or not v.is_image_id(digest):
         return None
     return "%s:pinned-%s" % (image.get("repository"), str(digest).split(":", 1)[1])
 
@@ -169,30 +149,11 @@ def container_settings(engine_facts, entry_engine, engine):
                         "for the image's user." % (where, user))
     env = settings["env"]
     if not isinstance(env, dict) or not all(
-            isinstance(k, str) and ENV_NAME_RE.fullmatch(k) and isinstance(v, str)
-            and not any(ord(ch) < 32 or ord(ch) == 127 for ch in v) for k, v in env.items()):
+            isinstance(name, str) and ENV_NAME_RE.fullmatch(name) and isinstance(value, str)
+            and not v.has_control(value) for name, value in env.items()):
         blockers.append("%s.env is %r: give a mapping of variable names to one-line strings."
                         % (where, env))
     return settings, blockers
-
-
-def control_characters(value, where):
-    """One blocker per string under `value` (recursively) that holds a control character:
-    a newline in any value that reaches the unit would inject a unit line, in argv a second
-    command. The central check: serving_resolve runs it over the whole resolved spec."""
-    found = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += control_characters(key, where)
-            found += control_characters(item, "%s.%s" % (where, key))
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found += control_characters(item, "%s[%d]" % (where, index))
-    elif isinstance(value, str) and CONTROL_RE.search(value):
-        found.append("%s is %r, which holds a control character (newline, tab, ...): it would "
-                     "break the unit file or the command line; write it on one line without them."
-                     % (where, value))
-    return found
 
 
 def api_key_problem(key, defined=True):
@@ -201,50 +162,24 @@ def api_key_problem(key, defined=True):
     if not defined:
         return None
     fix = ("set serving_api_key to a random string of at least %d characters (openssl rand -hex 32), "
-           "vaulted, or remove the variable to serve on loopback without a key" % API_KEY_MIN_LENGTH)
+           "vaulted, or remove the variable to serve on loopback without a key" % v.SECRET_MIN_LENGTH)
     if key is None:
         return "serving_api_key is set but null (SGLang would read the key \"None\"): " + fix + "."
-    if not isinstance(key, str):
-        return "serving_api_key is a %s, not a string: %s." % (type(key).__name__, fix)
-    if CONTROL_RE.search(key) or any(ch.isspace() for ch in key):
-        return "serving_api_key holds whitespace or a control character: " + fix + "."
-    if len(key) < API_KEY_MIN_LENGTH:
-        return "serving_api_key has %d characters (at least %d): %s." % (len(key), API_KEY_MIN_LENGTH, fix)
-    lowered = key.lower()
-    if any(word in lowered for word in API_KEY_PLACEHOLDERS) or len(set(key)) < 8:
-        return "serving_api_key looks like a placeholder, not a random key: " + fix + "."
-    return None
-
-
-def port_problem(port, name="serving_port"):
-    """(port as int or None, blocker or None). An int, or a string of digits (an -e extra var),
-    in 1-65535; never a boolean (YAML `yes`)."""
-    if isinstance(port, bool) or not isinstance(port, (int, str)):
-        return None, ("%s is %r (%s): set a TCP port number between 1 and 65535."
-                      % (name, port, type(port).__name__))
-    text = str(port).strip()
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        return None, "%s is %r: set a TCP port number between 1 and 65535." % (name, port)
-    return int(text), None
+    return v.secret_problem(key, "serving_api_key", fix)
 
 
 def bind_address_problem(address):
     """Why serving_bind_address cannot be published by `docker run -p`, or None."""
     if not isinstance(address, str):
         return ("serving_bind_address is %r (%s): set an IP address of this node, e.g. 127.0.0.1."
-                % (address, type(address).__name__))
+                % (address, v.type_name(address)))
     if address.strip().lower() == "localhost":
         return ("serving_bind_address is 'localhost', which docker -p does not accept: set "
                 "127.0.0.1 (or ::1).")
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
+    if not v.is_ip(address):
         return ("serving_bind_address %r is not an IP address: set an address of this node "
                 "(127.0.0.1 keeps it on loopback)." % address)
     return None
-
-
-HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
 
 
 def media_domains_problems(domains):
@@ -253,11 +188,11 @@ def media_domains_problems(domains):
         return [], []
     if not isinstance(domains, list):
         return [], ["serving_media_domains is a %s: list host names (e.g. the gateway's "
-                    "gateway_media_allowlist)." % type(domains).__name__]
+                    "gateway_media_allowlist)." % v.type_name(domains)]
     good, blockers = [], []
     for item in domains:
         host = str(item).strip().lower().rstrip(".")
-        if not isinstance(item, str) or not HOSTNAME_RE.match(host):
+        if not isinstance(item, str) or not v.is_hostname(host):
             blockers.append("serving_media_domains entry %r is not a host name: write it as "
                             "images.intranet (no scheme, port or path)." % (item,))
         else:
@@ -289,19 +224,6 @@ def weights_layout(root, repo, revision):
     }
 
 
-def weights_root_problem(root):
-    """Why serving_weights_root cannot be the host side of a `-v` mount, or None."""
-    fix = "set serving_weights_root to an absolute, normalised path such as /data/models"
-    if not isinstance(root, str) or not root:
-        return "serving_weights_root is %r: %s." % (root, fix)
-    if CONTROL_RE.search(root) or ":" in root or "," in root:
-        return "serving_weights_root %r holds ':', ',' or a control character: %s." % (root, fix)
-    if not root.startswith("/") or ".." in root.split("/") or posixpath.normpath(root) != root:
-        return "serving_weights_root %r is not absolute and normalised (no '..', '.', '//' or " \
-               "trailing '/'): %s." % (root, fix)
-    return None
-
-
 def type_problems(inputs):
     """One blocker per operator input given with the wrong type ({name: (value, type)}):
     a list given as a string would otherwise be read character by character."""
@@ -312,7 +234,7 @@ def type_problems(inputs):
             continue
         example = {list: " (e.g. [%s])" % value if isinstance(value, str) else "",
                    dict: "", str: ""}[wanted]
-        problems.append("%s is %s (%r): give %s%s." % (name, type(value).__name__, value,
+        problems.append("%s is %s (%r): give %s%s." % (name, v.type_name(value), value,
                                                        names[wanted], example))
     return problems
 
@@ -410,7 +332,7 @@ def manifest_pin_for(inventory_pin, repo_facts, revision, inventory_revision):
         value = str(repo_facts.get("manifest_sha256") or "").strip() if same_revision else ""
     if not value:
         return None, None
-    if not SHA256_RE.match(value):
+    if not v.is_sha256(value):
         return None, ("serving_weights_manifest_sha256 %r is not a sha256 (64 lowercase hex): copy "
                       "the value the staging run printed for review." % value)
     return value, None
@@ -523,14 +445,14 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     repo_facts = weights_repos.get(repo, {})
     revision = str(weights_revision or "").strip() or repo_facts.get("revision")
     base = posixpath.basename(str(repo))
-    root_problem = weights_root_problem(weights_root)
+    root_problem = v.absolute_path_problem(weights_root, "serving_weights_root")
     if root_problem:
         blockers.append(root_problem)
     root = str(weights_root).rstrip("/") or "/"
     if not revision:
         blockers.append("no pinned weights revision for %s: set serving_weights_revision to the "
                         "40-hex commit you downloaded." % repo)
-    elif not REVISION_RE.match(str(revision)):
+    elif not v.is_git_commit(str(revision)):
         blockers.append("weights revision '%s' for %s is not a 40-hex commit: set "
                         "serving_weights_revision to the full commit sha." % (revision, repo))
     manifest_pin, pin_problem = manifest_pin_for(weights_manifest_sha256, repo_facts,
@@ -548,14 +470,14 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     address_problem = bind_address_problem(bind_address)
     if address_problem:
         blockers.append(address_problem)
-    elif gateway and not is_loopback(bind_address):
+    elif gateway and not v.is_loopback(bind_address):
         blockers.append("serving_bind_address %s is not loopback while serving_gateway is true: set "
                         "serving_bind_address: 127.0.0.1 (only the gateway may reach the engine)."
                         % bind_address)
-    elif not is_loopback(bind_address) and not api_key_set:
+    elif not v.is_loopback(bind_address) and not api_key_set:
         blockers.append("serving_bind_address %s is not loopback and serving_api_key is not set: "
                         "set serving_api_key (vaulted) or bind 127.0.0.1." % bind_address)
-    host_port, problem = port_problem(port)
+    host_port, problem = v.port_problem(port, "serving_port")
     if problem:
         blockers.append(problem)
     spec["port"] = host_port
@@ -577,7 +499,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     # Image: the entry's, merged with the site override; pinned by digest.
     img = merge(eng.get("image"), image)
     digest = img.get("digest")
-    if digest and not DIGEST_RE.match(str(digest)):
+    if digest and not v.is_image_id(digest):
         blockers.append("image digest '%s' is not 'sha256:<64 hex>': fix serving_image.digest."
                         % digest)
     elif not digest and not allow_unpinned_image:
@@ -660,7 +582,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
     spec.update(
         device_args=list(device_args.get(gpu["vendor"], [])),
         container_port=cport, health_path=eng_facts.get("health_path", "/health"),
-        args=args, env={str(k): str(v) for k, v in (eng.get("env") or {}).items()},
+        args=args, env={str(name): str(value) for name, value in (eng.get("env") or {}).items()},
         entrypoint=[str(t) for t in eng_facts.get("image_entrypoint") or []],
         served_model_name=served_model_name,
         command=command, msa_warmup=msa is True, container=container,
@@ -669,7 +591,7 @@ def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, eng
         arg_sources=arg_sources(base_args, args, tuning_presets, tuning, source),
     )
     # The central check: nothing that reaches the unit or argv holds a control character.
-    blockers.extend(control_characters({k: v for k, v in spec.items() if k != "blockers"}, "serving"))
+    blockers.extend(v.control_problems({k: item for k, item in spec.items() if k != "blockers"}, "serving"))
     return spec
 
 
@@ -706,7 +628,7 @@ class FilterModule(object):
         return {
             "serving_resolve": serving_resolve,
             "serving_blockers_text": serving_blockers_text,
-            "serving_is_loopback": is_loopback,
+            "serving_is_loopback": v.is_loopback,
             "serving_engine_url": engine_url,
             "serving_health_url": health_url,
         }

@@ -134,9 +134,8 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mm3.shared.plugins.module_utils.validation import is_git_commit, is_sha256
 from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
-    SHA1_RE,
-    SHA256_RE,
     ManifestError,
     check_relpath,
     format_manifest,
@@ -160,10 +159,10 @@ def listed_files(tree):
         check_relpath(path)
         lfs = item.get("lfs") or {}
         lfs_oid = (lfs.get("oid") or lfs.get("sha256") or "").lower() or None
-        if lfs_oid and not SHA256_RE.match(lfs_oid):
+        if lfs_oid and not is_sha256(lfs_oid):
             raise ManifestError("hub listing: LFS oid of %s is not a sha256: %r" % (path, lfs_oid))
         oid = (item.get("oid") or "").lower()
-        if not lfs_oid and not SHA1_RE.match(oid):
+        if not lfs_oid and not is_git_commit(oid):
             raise ManifestError("hub listing: %s has neither an LFS sha256 nor a git blob id" % path)
         out.append({"path": path, "size": int(item.get("size") or 0), "oid": oid, "lfs_sha256": lfs_oid})
     if not out:
@@ -282,7 +281,7 @@ def main():
     p = module.params
     root = p["path"].rstrip("/")
     revision = p["revision"].lower()
-    if not SHA1_RE.match(revision):
+    if not is_git_commit(revision):
         module.fail_json(msg="revision must be a full 40-hex commit, got %r" % p["revision"])
     try:
         entries = listed_files(p["tree"])

@@ -105,7 +105,7 @@ def test_node_defaults_resolve():
 
 @pytest.mark.parametrize("kwargs,fix", [
     ({"networks": []}, "monitoring_node_networks is empty: list the monitoring host's network"),
-    ({"networks": ["10.30.0.0/33"]}, "entry '10.30.0.0/33' is not a network in CIDR form"),
+    ({"networks": ["10.30.0.0/33"]}, "entry '10.30.0.0/33' is not a network (CIDR"),
     ({"networks": "10.30.0.0/24"}, "list networks in CIDR form"),
     ({"listen_address": "any"}, "monitoring_node_listen_address 'any' is not an IP address"),
     ({"exporter_port": 0}, "monitoring_node_exporter_port is 0"),

@@ -35,13 +35,6 @@ def test_filters_registered():
         "model_server_k8s_yaml"}
 
 
-@pytest.mark.parametrize("address,expected", [
-    ("127.0.0.1", True), ("127.3.4.5", True), ("::1", True), ("localhost", True),
-    ("0.0.0.0", False), ("10.0.0.1", False), ("::", False), ("not-an-ip", False)])
-def test_is_loopback(address, expected):
-    assert serving.is_loopback(address) is expected
-
-
 def test_merge_is_recursive_and_replaces_lists():
     base = {"gpu": {"count": 8, "vendor": "nvidia"}, "capabilities": ["text", "image"]}
     merged = serving.merge(base, {"gpu": {"count": 4}, "capabilities": ["text"]})

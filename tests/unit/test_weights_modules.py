@@ -568,3 +568,14 @@ def test_documentation_matches_argument_spec(module, monkeypatch):
         assert doc[name].get("elements") == opt.get("elements"), name
     yaml.safe_load(module.EXAMPLES)
     yaml.safe_load(module.RETURN)
+
+
+def test_provenance_reads_the_license_digest_with_the_manifest_parser():
+    """weights_provenance takes the licence's sha256 from the manifest through parse_manifest (one
+    parser), in text and binary mode; a file the manifest does not list gives ''."""
+    provenance = load_source("weights_provenance_filters", os.path.join(ROOT, "filter_plugins", "weights_provenance.py"))
+    text = "# repo: org/tiny\n%s  LICENSE\n%s *sub/LICENSE.md\n" % (H1, H2)
+    assert provenance.manifest_digest(text, "LICENSE") == H1
+    assert provenance.manifest_digest(text, "sub/LICENSE.md") == H2
+    assert provenance.manifest_digest(text, "NOTICE") == ""
+    assert provenance.manifest_digest("not a manifest", "LICENSE") == ""

@@ -11,8 +11,7 @@ import json
 import os
 import re
 
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+from ansible_collections.mm3.shared.plugins.module_utils.validation import is_sha256
 DEFAULT_BUFFER = 16 * 1024 * 1024
 
 # Paths inside a weights directory that belong to tools, never to the model:
@@ -98,7 +97,7 @@ def format_manifest(entries, header=None):
         lines.append("# %s: %s\n" % (key, value))
     for path, digest in sorted(entries):
         check_relpath(path)
-        if not SHA256_RE.match(digest):
+        if not is_sha256(digest):
             raise ManifestError("not a sha256 for %s: %r" % (path, digest))
         if "\n" in path or "\\" in path:
             raise ManifestError("file name needs escaping, unsupported: %r" % path)
@@ -172,7 +171,7 @@ def pin_problem(manifest_sha256, pinned, header, repo=None, revision=None):
     """
     if pinned is not None:
         pinned = str(pinned).strip().lower()
-        if not SHA256_RE.match(pinned):
+        if not is_sha256(pinned):
             return "the pinned manifest sha256 %r is not 64 hex characters" % pinned
         if manifest_sha256 != pinned:
             return ("the manifest hashes to %s, not to the pinned %s (serving_weights_manifest_sha256): "
