@@ -14,6 +14,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import combine
 from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
@@ -338,24 +339,45 @@ def manifest_pin_for(inventory_pin, repo_facts, revision, inventory_revision):
     return value, None
 
 
-def serving_resolve(matrix, profile="", engine="sglang", weights_repos=None, engines=None,
-                    device_args=None, tuning_presets=None, allow_inferred=False,
-                    bind_address="127.0.0.1", port=30000, api_key=None, api_key_defined=False,
-                    image=None, allow_unpinned_image=False, weights_revision="",
-                    weights_root="/data/models", profile_overrides=None, tuning=None,
-                    capabilities=None, gpu_count=None, allow_request_logging=False,
-                    flag_ranges=None, flag_sources=None, weights_manifest_sha256="",
-                    gateway=False, media_domains=None):
-    """Resolve the site choices into serving_spec. Never raises for bad input: every problem
-    becomes one line in spec['blockers'], each naming the fix. The API key itself is only
-    checked (api_key_problem), never stored in the spec."""
-    weights_repos = weights_repos or {}
-    engines = engines or {}
-    device_args = device_args or {}
-    tuning_presets = tuning_presets or {}
+# What serving_resolve reads: the site's choices (`inputs`, each the serving_<name> variable of
+# the role's defaults, which are the one home of their default values) and the hardware matrix
+# with its tables (`tables`, roles/serving/vars/main.yml).
+INPUTS = ("profile", "engine", "allow_inferred", "bind_address", "port", "api_key", "api_key_defined",
+          "image", "allow_unpinned_image", "weights_revision", "weights_manifest_sha256", "weights_root",
+          "profile_overrides", "tuning", "capabilities", "gpu_count", "allow_request_logging", "gateway",
+          "media_domains")
+TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources")
+
+
+def serving_resolve(inputs, tables):
+    """Resolve the site's choices (`inputs`, keys INPUTS) against the hardware matrix (`tables`,
+    keys TABLES) into serving_spec. Never raises for bad input: every problem becomes one line in
+    spec['blockers'], each naming the fix. The API key itself is only checked (api_key_problem),
+    never stored in the spec. An unknown key in either mapping is a programming error (a typo
+    would silently resolve with a default) and raises."""
+    unknown = sorted(set(inputs or {}) - set(INPUTS)) + sorted(set(tables or {}) - set(TABLES))
+    if unknown:
+        raise AnsibleFilterError("serving_resolve: unknown keys %s (inputs: %s; tables: %s)"
+                                 % (", ".join(unknown), ", ".join(INPUTS), ", ".join(TABLES)))
+    get = dict(dict.fromkeys(INPUTS), **(inputs or {})).get
+    table = dict(dict.fromkeys(TABLES), **(tables or {})).get
+    matrix = table("matrix") or {}
+    weights_repos = table("weights_repos") or {}
+    engines = table("engines") or {}
+    device_args = table("device_args") or {}
+    tuning_presets = table("tuning_presets") or {}
+    flag_ranges, flag_sources = table("flag_ranges"), table("flag_sources")
+    engine, bind_address, port = get("engine"), get("bind_address"), get("port")
+    api_key, api_key_defined = get("api_key"), get("api_key_defined") is True
+    image, weights_revision, weights_root = get("image"), get("weights_revision"), get("weights_root")
+    weights_manifest_sha256, gpu_count = get("weights_manifest_sha256"), get("gpu_count")
+    profile_overrides, tuning, capabilities = get("profile_overrides"), get("tuning"), get("capabilities")
+    allow_inferred, allow_unpinned_image = get("allow_inferred") is True, get("allow_unpinned_image") is True
+    allow_request_logging, gateway = get("allow_request_logging") is True, get("gateway")
+    media_domains = get("media_domains")
     blockers = []
     profiles = sorted(matrix)
-    profile = str(profile or "").strip()
+    profile = str(get("profile") or "").strip()
 
     # Inputs of the wrong type are refused once each, then treated as empty.
     typed = type_problems({"serving_tuning": (tuning, list),

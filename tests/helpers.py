@@ -16,6 +16,32 @@ def load_source(name, path):
     return mod
 
 
+MATRIX_FILE = os.path.join(ROOT, "roles", "serving", "vars", "main.yml")
+
+
+def hardware_matrix():
+    """serving_matrix as roles/serving/vars/main.yml holds it: the one list of profiles that
+    every per-profile test derives its cases from (a new entry is tested by all of them at once)."""
+    import yaml
+
+    with open(MATRIX_FILE) as handle:
+        return yaml.safe_load(handle)["serving_matrix"]
+
+
+def matrix_profiles(engine=None, msa_warmup=None):
+    """Profile names in matrix order: every entry, or those carrying flags for `engine`; with
+    msa_warmup=True (False), only those whose `engine` entry sets msa_warmup (does not)."""
+    names = []
+    for name, entry in hardware_matrix().items():
+        engines = entry.get("engines") or {}
+        if engine is not None and engine not in engines:
+            continue
+        if msa_warmup is not None and bool(engines[engine].get("msa_warmup", False)) != msa_warmup:
+            continue
+        names.append(name)
+    return names
+
+
 def run_playbook(playbook, work_dir, extravars=None, inventory="localhost,", cmdline=None):
     """Run a playbook through ansible-runner (the design card's runner), with the project's
     ansible.cfg. Returns (runner, text): the runner's rc, status and events (structured
@@ -131,3 +157,23 @@ def rsync_daemon(conf_dir, root, password, module_lines=""):
             daemon.wait(timeout=10)
 
     return running()
+
+
+
+def serving_args(tables=None, **inputs):
+    """serving_resolve's two arguments as roles/serving builds them: `inputs` over the role's
+    defaults (defaults/main.yml, the one home of each default: serving_<name> -> <name>), and the
+    hardware matrix's tables (vars/main.yml) with `tables` over them."""
+    import yaml
+
+    serving = load_source("mm3_serving_filters", os.path.join(ROOT, "filter_plugins", "serving.py"))
+    role = os.path.join(ROOT, "roles", "serving")
+    with open(os.path.join(role, "defaults", "main.yml")) as handle:
+        defaults = yaml.safe_load(handle)
+    with open(os.path.join(role, "vars", "main.yml")) as handle:
+        facts = yaml.safe_load(handle)
+    merged = {name: defaults["serving_" + name] for name in serving.INPUTS if "serving_" + name in defaults}
+    merged.update(inputs)
+    table = {name: facts["serving_" + name] for name in serving.TABLES}
+    table.update(tables or {})
+    return merged, table

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from helpers import ROOT, load_source
+from helpers import ROOT, load_source, serving_args
 
 gateway = load_source("mm3_gateway_filters", os.path.join(ROOT, "filter_plugins", "gateway.py"))
 KEY_A = "mK3vQ9zL2xR7tB5nW8cJ4hF6dS1aG0pE"
@@ -112,13 +112,12 @@ def test_serving_refuses_a_key_or_an_open_bind_behind_the_gateway():
     import yaml
     with open(os.path.join(ROOT, "roles", "serving", "vars", "main.yml")) as handle:
         facts = yaml.safe_load(handle)
-    base = dict(profile="cpu-lab", engine="vllm", weights_repos=facts["serving_weights_repos"],
-                engines=facts["serving_engines"], allow_unpinned_image=True, gateway=True)
-    ok = serving.serving_resolve(facts["serving_matrix"], **base)
+    base = dict(profile="cpu-lab", engine="vllm", allow_unpinned_image=True, gateway=True)
+    ok = serving.serving_resolve(*serving_args(**base))
     assert ok["gateway"] is True and not any("gateway" in b for b in ok["blockers"])
-    keyed = serving.serving_resolve(facts["serving_matrix"], api_key=KEY_A, api_key_defined=True, **base)
+    keyed = serving.serving_resolve(*serving_args(api_key=KEY_A, api_key_defined=True, **base))
     assert any("serving_api_key is set while serving_gateway is true" in b for b in keyed["blockers"])
-    open_bind = serving.serving_resolve(facts["serving_matrix"], bind_address="0.0.0.0", **base)
+    open_bind = serving.serving_resolve(*serving_args(bind_address="0.0.0.0", **base))
     assert any("not loopback while serving_gateway is true" in b for b in open_bind["blockers"])
 
 
@@ -140,21 +139,20 @@ def test_vllm_gets_the_media_allowlist_as_its_own_switch_and_sglang_nothing():
     import yaml
     with open(os.path.join(ROOT, "roles", "serving", "vars", "main.yml")) as handle:
         facts = yaml.safe_load(handle)
-    base = dict(weights_repos=facts["serving_weights_repos"], engines=facts["serving_engines"],
-                allow_unpinned_image=True, gateway=True)
-    vllm = serving.serving_resolve(facts["serving_matrix"], profile="h200", engine="vllm",
-                                   media_domains=["Images.Intranet", "cdn.intranet"], **base)
+    base = dict(allow_unpinned_image=True, gateway=True)
+    vllm = serving.serving_resolve(*serving_args(profile="h200", engine="vllm",
+                                                 media_domains=["Images.Intranet", "cdn.intranet"], **base))
     assert not [b for b in vllm["blockers"] if "media" in b], vllm["blockers"]
     assert vllm["command"][-6:-4] == ["cdn.intranet", "images.intranet"] or \
         "--allowed-media-domains cdn.intranet images.intranet" in " ".join(vllm["command"])
-    empty = serving.serving_resolve(facts["serving_matrix"], profile="h200", engine="vllm", media_domains=[], **base)
+    empty = serving.serving_resolve(*serving_args(profile="h200", engine="vllm", media_domains=[], **base))
     assert "--allowed-media-domains" not in empty["command"]
-    sglang = serving.serving_resolve(facts["serving_matrix"], profile="b200", engine="sglang",
-                                     media_domains=["images.intranet"], **base)
+    sglang = serving.serving_resolve(*serving_args(profile="b200", engine="sglang",
+                                                   media_domains=["images.intranet"], **base))
     assert "--allowed-media-domains" not in sglang["command"]
     assert not [b for b in sglang["blockers"] if "media" in b]
-    bad = serving.serving_resolve(facts["serving_matrix"], profile="h200", engine="vllm",
-                                  media_domains=["https://x/"], **base)
+    bad = serving.serving_resolve(*serving_args(profile="h200", engine="vllm",
+                                                media_domains=["https://x/"], **base))
     assert any("serving_media_domains entry 'https://x/' is not a host name" in b for b in bad["blockers"])
 
 

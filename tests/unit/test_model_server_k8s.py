@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "filter_plugins"))
 
 import model_server as ms  # noqa: E402
 import serving  # noqa: E402
+from helpers import serving_args  # noqa: E402
 
 VARS = yaml.safe_load((ROOT / "roles" / "serving" / "vars" / "main.yml").read_text())
 DEFAULTS = yaml.safe_load((ROOT / "roles" / "model_server_k8s" / "defaults" / "main.yml").read_text())
@@ -38,10 +39,7 @@ def settings(**overrides):
 def spec(profile="b200", **kw):
     kw.setdefault("weights_revision", "b" * 40)
     kw.setdefault("weights_manifest_sha256", "c" * 64)
-    return serving.serving_resolve(
-        VARS["serving_matrix"], profile=profile, weights_repos=VARS["serving_weights_repos"],
-        engines=VARS["serving_engines"], device_args=VARS["serving_device_args"],
-        tuning_presets=VARS["serving_tuning_presets"], **kw)
+    return serving.serving_resolve(*serving_args(profile=profile, **kw))
 
 
 def test_the_defaults_with_the_sites_two_values_render():

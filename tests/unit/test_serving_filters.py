@@ -11,6 +11,7 @@ sys.path.insert(0, str(ROOT / "filter_plugins"))
 
 import model_server as ms  # noqa: E402
 import serving  # noqa: E402
+from helpers import serving_args  # noqa: E402
 
 VARS = yaml.safe_load((ROOT / "roles" / "serving" / "vars" / "main.yml").read_text())
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -18,10 +19,7 @@ SEED_DIGEST = "sha256:de63ac56df5d7b064451e21147eaab89634a02332d830ca8c01cb8c033
 
 
 def resolve(profile, **kw):
-    return serving.serving_resolve(
-        VARS["serving_matrix"], profile=profile, weights_repos=VARS["serving_weights_repos"],
-        engines=VARS["serving_engines"], device_args=VARS["serving_device_args"],
-        tuning_presets=VARS["serving_tuning_presets"], **kw)
+    return serving.serving_resolve(*serving_args(profile=profile, **kw))
 
 
 def test_filters_registered():
@@ -258,10 +256,9 @@ def test_systemd_quote(token, quoted):
 def test_served_model_name_when_the_engine_declares_it():
     engines = {k: dict(v) for k, v in VARS["serving_engines"].items()}
     engines["vllm"]["served_model_name_arg"] = "--served-model-name"
-    spec = serving.serving_resolve(
-        VARS["serving_matrix"], profile="h200", engine="vllm", weights_repos=VARS["serving_weights_repos"],
-        engines=engines, device_args=VARS["serving_device_args"], image={"digest": DIGEST},
-        weights_revision="a" * 40)
+    spec = serving.serving_resolve(*serving_args(
+        tables={"engines": engines}, profile="h200", engine="vllm", image={"digest": DIGEST},
+        weights_revision="a" * 40))
     # positional model: `vllm serve MODEL` (--model is deprecated there)
     assert spec["command"][:5] == ["vllm", "serve", "/models/MiniMax-M3",
                                    "--served-model-name", "MiniMaxAI/MiniMax-M3"]

@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT / "filter_plugins"))
 
 import model_server as ms  # noqa: E402
 import serving  # noqa: E402
+from helpers import serving_args  # noqa: E402
 
 VARS = yaml.safe_load((ROOT / "roles" / "serving" / "vars" / "main.yml").read_text())
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -21,11 +22,7 @@ GOOD_KEY = "9f2c4e81a7b3d605" * 3
 
 def resolve(profile="b200", **kw):
     kw.setdefault("engine", "sglang")
-    return serving.serving_resolve(
-        VARS["serving_matrix"], profile=profile, weights_repos=VARS["serving_weights_repos"],
-        engines=VARS["serving_engines"], device_args=VARS["serving_device_args"],
-        tuning_presets=VARS["serving_tuning_presets"], flag_ranges=VARS["serving_flag_ranges"],
-        flag_sources=VARS["serving_flag_sources"], **kw)
+    return serving.serving_resolve(*serving_args(profile=profile, **kw))
 
 
 def blockers(**kw):
