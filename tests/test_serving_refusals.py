@@ -33,6 +33,9 @@ REFUSALS = [
      ["'z100' is not in the hardware matrix", "valid profiles: b200, b300, cpu-lab, gb200, gb300, "
       "h200, mi300x, mi325x, mi350x, mi355x"]),
     ("empty-profile", {"serving_profile": ""}, ["serving_profile is not set", "valid profiles"]),
+    # the engine list is the matrix's (serving_engines), not a second list in the argument spec
+    ("unknown-engine", {"serving_profile": "b200", "serving_engine": "trtllm"},
+     ["serving_engine 'trtllm' is unknown; valid engines: sglang, vllm"]),
     ("engine-without-flags", {"serving_profile": "b200", "serving_engine": "vllm"},
      ["no flags for engine 'vllm'", "engines with flags for it: sglang"]),
     ("inferred-gb200", {"serving_profile": "gb200", "serving_image": {"digest": DIGEST}},
