@@ -293,7 +293,6 @@ class FilterModule(object):
 
     def filters(self):
         return {
-            "diagnose_episode": diagnose_episode,
             "diagnose_evidence": diagnose_evidence,
             "diagnose_findings": diagnose_findings,
             "diagnose_redact": diagnose_redact,

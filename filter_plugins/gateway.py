@@ -310,9 +310,8 @@ def gateway_keys_map(spec):
 
 
 class FilterModule(object):
-    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_client, gateway_key_digest,
-    gateway_private_paths,
-    gateway_fleet_upstreams, gateway_pool_name."""
+    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_client,
+    gateway_private_paths, gateway_fleet_upstreams, gateway_pool_name."""
 
     def filters(self):
         return {
@@ -320,7 +319,6 @@ class FilterModule(object):
             "gateway_blockers_text": gateway_blockers_text,
             "gateway_keys_map": gateway_keys_map,
             "gateway_client": gateway_client,
-            "gateway_key_digest": key_digest,
             "gateway_private_paths": private_paths,
             "gateway_fleet_upstreams": fleet_upstreams,
             "gateway_pool_name": pool_name,

@@ -103,7 +103,6 @@ def revision(version, table):
 class FilterModule(object):
     def filters(self):
         return {
-            "nvidia_driver_package_name": package_name,
             "nvidia_driver_install_list": install_list,
             "nvidia_driver_apt_names": apt_names,
             "nvidia_driver_imex_nodes": imex_nodes,

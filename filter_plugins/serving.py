@@ -643,14 +643,13 @@ def health_url(spec):
 
 
 class FilterModule(object):
-    """serving_resolve, serving_blockers_text, serving_is_loopback, serving_engine_url,
+    """serving_resolve, serving_blockers_text, serving_engine_url,
     serving_health_url."""
 
     def filters(self):
         return {
             "serving_resolve": serving_resolve,
             "serving_blockers_text": serving_blockers_text,
-            "serving_is_loopback": v.is_loopback,
             "serving_engine_url": engine_url,
             "serving_health_url": health_url,
         }

@@ -24,7 +24,7 @@ def resolve(profile, **kw):
 
 def test_filters_registered():
     assert set(serving.FilterModule().filters()) == {
-        "serving_resolve", "serving_blockers_text", "serving_is_loopback", "serving_engine_url",
+        "serving_resolve", "serving_blockers_text", "serving_engine_url",
         "serving_health_url"}
     assert set(ms.FilterModule().filters()) == {
         "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_invocation",

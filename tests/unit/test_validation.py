@@ -173,3 +173,22 @@ def test_the_jinja_tests_are_the_shared_checks():
     assert module.TestModule().tests() == {"mm3_git_commit": v.is_git_commit, "mm3_sha256": v.is_sha256,
                                            "mm3_image_id": v.is_image_id,
                                            "mm3_revision_path": v.is_revision_path}
+
+
+def test_every_exported_filter_is_used():
+    """A filter registered for the roles is called by a role, playbook, template or lab file: an
+    export nobody calls is dead code that still has to be read and kept working."""
+    import importlib.util
+    import re
+    used = ""
+    for folder in ("roles", "playbooks", "lab", "molecule", "inventories", "tests/playbooks"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".yml", ".j2") and path.is_file():
+                used += path.read_text()
+    unused = []
+    for path in sorted((ROOT / "filter_plugins").glob("*.py")):
+        spec = importlib.util.spec_from_file_location("mm3_dead_" + path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        unused += [name for name in module.FilterModule().filters() if not re.search(r"\b%s\b" % name, used)]
+    assert unused == []
