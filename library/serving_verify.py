@@ -57,11 +57,14 @@ options:
         since it spends the limits client's request budget for a minute.
       - The C(gateway_*) checks probe the gateway (roles/gateway) in front of the engine;
         C(base_url) is then the gateway's https URL.
+      - Unset, every functional check - C(health), C(models), C(chat), C(reasoning), C(tools),
+        C(image), C(auth) - then C(eval) when C(eval_set) is given.
+      - The names are defined once, in mm3.shared's serving_verify_checks.py (C(ALL_CHECKS),
+        C(default_checks)); a unit test holds these choices to it.
     type: list
     elements: str
     choices: [health, models, chat, reasoning, tools, image, auth, eval, gateway_paths, gateway_body,
               gateway_max_tokens, gateway_media, gateway_tls, gateway_rate, bench]
-    default: [health, models, chat, reasoning, tools, image, auth]
   capabilities:
     description:
       - The profile's capability boundary (C(serving_spec.capabilities)). When given and
@@ -258,6 +261,14 @@ engine:
   description: The engine option.
   returned: always
   type: str
+report:
+  description:
+    - The whole report (what C(report_path) holds and the controller's summary reads) - base_url,
+      engine, model, served_models, profile, the checks run (the default list when C(checks) was
+      unset), ca_path, gateway (the limits the C(gateway_*) checks were held to, without the
+      key), started_at, seconds, summary, results.
+  returned: always
+  type: dict
 report_path:
   description: Where the JSON report was written (absent in check mode or without report_path).
   returned: when written
@@ -270,7 +281,11 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_checks import Verifier
+from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_checks import (
+    ALL_CHECKS,
+    Verifier,
+    default_checks,
+)
 from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_eval import eval_problems
 from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_core import failure_message
 from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_http import Client
@@ -292,6 +307,9 @@ def build_report(params, verifier, results, started, seconds):
         "served_models": verifier.served,
         "profile": params.get("profile"),
         "checks": params["checks"],
+        # what the gateway checks were held to (the limits client's key stays out)
+        "ca_path": params.get("ca_path"),
+        "gateway": {k: v for k, v in (params.get("gateway") or {}).items() if k != "limits_key"},
         "started_at": started,
         "seconds": round(seconds, 3),
         "summary": summarize_results(results),
@@ -319,11 +337,7 @@ def main():
             expected_model=dict(type="str"),
             engine=dict(type="str", choices=["sglang", "vllm"], default="sglang"),
             health_path=dict(type="str", default="/health"),
-            checks=dict(type="list", elements="str",
-                        choices=["health", "models", "chat", "reasoning", "tools", "image", "auth", "eval",
-                                 "gateway_paths", "gateway_body", "gateway_max_tokens", "gateway_media",
-                                 "gateway_tls", "gateway_rate", "bench"],
-                        default=["health", "models", "chat", "reasoning", "tools", "image", "auth"]),
+            checks=dict(type="list", elements="str", choices=ALL_CHECKS),
             capabilities=dict(type="list", elements="str"),
             profile=dict(type="str"),
             max_tokens=dict(type="int", default=1024),
@@ -364,6 +378,8 @@ def main():
     params = dict(module.params)
     params["timeouts"] = _fill_defaults(params.get("timeouts"), TIMEOUT_DEFAULTS)
     params["bench"] = _fill_defaults(params.get("bench"), BENCH_DEFAULTS)
+    if params["checks"] is None:
+        params["checks"] = default_checks(params.get("eval_set"))
 
     problems = []
     if not params["base_url"].startswith(("http://", "https://")):

@@ -291,12 +291,15 @@ def _argument_spec():
 
 
 def _dict_call_to_literal(node):
-    """Turn nested dict(k=v) calls into a literal dict node."""
+    """Turn nested dict(k=v) calls into a literal dict node; a name (choices=ALL_CHECKS) becomes
+    the value the loaded module gives it."""
     if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict":
         return ast.Dict(keys=[ast.Constant(kw.arg) for kw in node.keywords],
                         values=[_dict_call_to_literal(kw.value) for kw in node.keywords])
     if isinstance(node, ast.List):
         return ast.List(elts=[_dict_call_to_literal(e) for e in node.elts], ctx=ast.Load())
+    if isinstance(node, ast.Name):
+        return ast.Constant(getattr(module, node.id))
     return node
 
 
@@ -321,6 +324,80 @@ def test_documentation_matches_argument_spec():
     assert doc["attributes"]["check_mode"]["support"] == "full"
     yaml.safe_load(module.EXAMPLES)
     yaml.safe_load(module.RETURN)
+
+
+def test_the_check_list_is_defined_once_and_documented_as_it_is():
+    """The `checks` choices are the shared ALL_CHECKS (no copy in the module), DOCUMENTATION lists
+    exactly those names in that order, and the documented default is default_checks()."""
+    spec = _argument_spec()["checks"]
+    assert spec["choices"] is checks.ALL_CHECKS
+    assert "default" not in spec  # unset: default_checks(eval_set), resolved in main()
+    doc = yaml.safe_load(module.DOCUMENTATION)["options"]["checks"]
+    assert doc["choices"] == checks.ALL_CHECKS
+    assert "default" not in doc
+    text = " ".join(doc["description"])
+    documented_default = ", ".join("C(%s)" % name for name in checks.default_checks())
+    assert documented_default + " - then C(eval) when C(eval_set) is given" in text
+    # every name has its check and every check its name (Verifier.run calls check_<name>)
+    methods = {n[len("check_"):] for n in dir(checks.Verifier) if n.startswith("check_")}
+    assert methods == set(checks.ALL_CHECKS)
+    assert len(set(checks.ALL_CHECKS)) == len(checks.ALL_CHECKS)
+    assert {"eval", "bench"} <= set(checks.ALL_CHECKS) and set(checks.GATEWAY_CHECKS) <= set(checks.ALL_CHECKS)
+
+
+def test_the_default_checks_are_the_functional_ones_and_eval_with_a_set():
+    assert checks.default_checks() == checks.FUNCTIONAL_CHECKS
+    assert checks.default_checks({"cases": []}) == checks.FUNCTIONAL_CHECKS + ["eval"]
+    assert checks.default_checks() is not checks.FUNCTIONAL_CHECKS  # a copy, not the constant
+    assert not set(checks.FUNCTIONAL_CHECKS) & ({"eval", "bench"} | set(checks.GATEWAY_CHECKS))
+
+
+def _string_lists(node):
+    if isinstance(node, list):
+        if node and all(isinstance(item, str) for item in node):
+            yield node
+        for item in node:
+            yield from _string_lists(item)
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _string_lists(value)
+
+
+def test_no_role_or_playbook_keeps_a_copy_of_the_check_list():
+    """The role's default is null (the module's default_checks); no tasks, defaults or playbook
+    spells the default or the whole list again (a site's inventory may choose its own)."""
+    defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "serving_verify", "defaults", "main.yml")))
+    assert defaults["serving_verify_checks"] is None
+    copies = [checks.ALL_CHECKS, checks.default_checks(), checks.default_checks({"cases": [1]})]
+    found = []
+    for top in ("roles", "playbooks", "lab"):
+        for base, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith((".yml", ".yaml")) and "templates" not in base:
+                    path = os.path.join(base, name)
+                    tree = yaml.safe_load(open(path))
+                    found += ["%s: %s" % (os.path.relpath(path, ROOT), lst)
+                              for lst in _string_lists(tree) if lst in copies]
+    assert not found, found
+
+
+def test_the_report_carries_the_limits_but_never_the_limits_key():
+    params = {"base_url": "https://127.0.0.1:8443", "engine": "sglang", "checks": ["gateway_rate"],
+              "ca_path": "/etc/haproxy/mm3/ca.pem",
+              "gateway": {"limits_key": "Lq7Wc2Zr9Tn4Vb6Xm1Ks8Jd3Hf5Gp0Ay", "rate_per_minute": 600}}
+    verifier = checks.Verifier(None, params)
+    report = module.build_report(params, verifier, [], "2026-01-01T00:00:00Z", 0.0)
+    assert report["gateway"] == {"rate_per_minute": 600} and report["ca_path"] == params["ca_path"]
+    assert "Lq7Wc2Zr9Tn4" not in json.dumps(report)
+
+
+def test_main_runs_the_default_checks_when_none_are_given(capsys):
+    """No `checks`: the report names default_checks() (a closed port: every check fails fast)."""
+    code, out = _run_main({"base_url": "http://127.0.0.1:%d" % _closed_port(),
+                           "timeouts": {"health": 0.5, "interval": 0.1, "request": 0.5}}, capsys)
+    assert code == 1
+    assert out["report"]["checks"] == checks.default_checks()
+    assert [r["name"] for r in out["results"]] == checks.default_checks()
 
 
 def test_api_key_is_no_log():

@@ -35,8 +35,18 @@ from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_core imp
 from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_eval import case_capability, eval_judge, eval_request
 from ansible_collections.mm3.shared.plugins.module_utils.serving_verify_gateway import GATEWAY_CHECKS, GatewayChecks
 
-ALL_CHECKS = ["health", "models", "chat", "reasoning", "tools", "image", "auth"] + GATEWAY_CHECKS + ["bench"]
+# The check names, defined here once: the module's `checks` choices are ALL_CHECKS (its
+# DOCUMENTATION is held to it by tests/unit/test_serving_verify.py), the module's default is
+# default_checks(), and roles/serving_verify passes no list of its own unless a site sets one.
+FUNCTIONAL_CHECKS = ["health", "models", "chat", "reasoning", "tools", "image", "auth"]
+ALL_CHECKS = FUNCTIONAL_CHECKS + ["eval"] + GATEWAY_CHECKS + ["bench"]
 HEALTH_PROMPT = "Say OK."
+
+
+def default_checks(eval_set=None):
+    """The checks run when none are asked for: every functional check, then the evaluation set
+    when one is given (the module refuses `eval` without a set)."""
+    return FUNCTIONAL_CHECKS + (["eval"] if eval_set else [])
 
 
 def _message(resp):
