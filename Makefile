@@ -56,7 +56,7 @@ molecule: bootstrap images
 # Every check, in two lanes at once (scripts/lanes.sh; each line of output carries its lane's
 # name): `checks` = lint, pytest, the host-preparation and Docker scenarios; `engine` = the
 # Docker engine and base images, the engine image build, the real-engine tests, the weights and
-# model-server scenarios (balanced by the measured stage times in the README: with pipelining,
+# model-server scenarios (balanced by the measured stage times of CI's timing table: with pipelining,
 # weights fell from 1472 s to 925 s and the old split left the checks lane 10 min behind; with
 # the Kubernetes tests pytest grew to 688 s and docker_engine (99 s) moved to the engine lane;
 # on 2026-12-03 the engine lane ended 340 s after the checks lane (weights 1170 s, model_server

@@ -336,7 +336,7 @@ def _down_servers(fleet_dir):
 
 
 def test_key_rotation_reloads_without_dropping_a_stream(tmp_path, site_ca):
-    """Rotation as the README describes it: add the new key, reload (the packaged service's
+    """Rotation as docs/operations/gateway.md describes it: add the new key, reload (the packaged service's
     master-worker mode, SIGUSR2), move the client, remove the old key, reload. A stream that
     started before the first reload finishes; the old key is refused only after the second."""
     import signal
