@@ -57,8 +57,8 @@ def test_dead_mirror_times_out_with_a_clear_message(tmp_path, silent_mirror):
 
 
 @pytest.mark.parametrize("repo, needle", [
-    ({"url": "http://mirror.example/docker"}, "either `key_url` or `signed_by`"),
-    ({"url": "ftp://mirror.example/docker", "signed_by": "/k.gpg"}, "needs an http(s) `url`"),
+    ({"url": "http://mirror.example/docker"}, "docker_engine_apt_repository needs either `key_url`"),
+    ({"url": "ftp://mirror.example/docker", "signed_by": "/k.gpg"}, "docker_engine_apt_repository needs an http(s) `url`"),
 ])
 def test_incomplete_source_is_refused(tmp_path, repo, needle):
     rc, out, _ = run_role(tmp_path, repo)
