@@ -56,6 +56,12 @@ options:
     description: How many releases keep their file copies (at least 2, the current and the previous).
     type: int
     default: 5
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would change and writes nothing.
+  diff_mode:
+    support: none
 author: MiniMax-M3 deployment maintainers
 """
 

@@ -303,29 +303,6 @@ def _dict_call_to_literal(node):
     return node
 
 
-def _compare(doc_opts, spec, path):
-    assert set(doc_opts) == set(spec), "%s: documented %s vs spec %s" % (path, sorted(doc_opts), sorted(spec))
-    for name, doc in doc_opts.items():
-        arg = spec[name]
-        where = "%s.%s" % (path, name)
-        assert doc.get("type", "str") == arg.get("type", "str"), where
-        assert bool(doc.get("required", False)) == bool(arg.get("required", False)), where
-        assert doc.get("default") == arg.get("default"), where
-        assert doc.get("choices") == arg.get("choices"), where
-        assert doc.get("elements") == arg.get("elements"), where
-        assert bool(doc.get("no_log", False)) or not arg.get("no_log") or name == "api_key", where
-        if "suboptions" in doc or "options" in arg:
-            _compare(doc.get("suboptions", {}), arg.get("options", {}), where)
-
-
-def test_documentation_matches_argument_spec():
-    doc = yaml.safe_load(module.DOCUMENTATION)
-    _compare(doc["options"], _argument_spec(), "options")
-    assert doc["attributes"]["check_mode"]["support"] == "full"
-    yaml.safe_load(module.EXAMPLES)
-    yaml.safe_load(module.RETURN)
-
-
 def test_the_check_list_is_defined_once_and_documented_as_it_is():
     """The `checks` choices are the shared ALL_CHECKS (no copy in the module), DOCUMENTATION lists
     exactly those names in that order, and the documented default is default_checks()."""

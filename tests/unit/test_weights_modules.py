@@ -12,7 +12,6 @@ import os
 import sys
 
 import pytest
-import yaml
 
 from helpers import load_source  # tests/ is on sys.path (pytest.ini)
 
@@ -536,38 +535,6 @@ def test_manifest_main_pending_refused(tmp_path, capsys):
     _run(manifest_mod, {"path": str(wdir), "revision": REV, "tree": tree, "dest": str(tmp_path / "m")})
     res = _result(capsys)
     assert res["failed"] and res["pending_files"] == ["model-00001.safetensors"]
-
-
-# --- DOCUMENTATION and argument_spec in step ------------------------------------------------
-
-def _spec_of(module, monkeypatch):
-    captured = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake_init(self, argument_spec, **kwargs):
-        captured.update(argument_spec)
-        raise Stop()
-    monkeypatch.setattr(module.AnsibleModule, "__init__", fake_init)
-    with pytest.raises(Stop):
-        module.main()
-    return captured
-
-
-@pytest.mark.parametrize("module", [verify, manifest_mod])
-def test_documentation_matches_argument_spec(module, monkeypatch):
-    doc = yaml.safe_load(module.DOCUMENTATION)["options"]
-    spec = _spec_of(module, monkeypatch)
-    assert set(doc) == set(spec)
-    for name, opt in spec.items():
-        assert doc[name].get("type", "str") == opt.get("type", "str"), name
-        assert doc[name].get("required", False) == opt.get("required", False), name
-        assert doc[name].get("default") == opt.get("default"), name
-        assert doc[name].get("choices") == opt.get("choices"), name
-        assert doc[name].get("elements") == opt.get("elements"), name
-    yaml.safe_load(module.EXAMPLES)
-    yaml.safe_load(module.RETURN)
 
 
 def test_provenance_reads_the_license_digest_with_the_manifest_parser():
