@@ -14,15 +14,20 @@ nvidia-driver.pref.j2 and roles/amd_rocm/templates/amd-rocm.pref.j2 at commit 2a
 packages and repositories of CASES below: the role must write the same bytes.
 """
 import json
+import pathlib
 
 import pytest
 from helpers import http_files, run_playbook
 
 SOURCES_TASK = "Write the apt sources (deb822, signed by their keys)"
 PREF_TASK = "Write the apt preferences (the pins that go with a repository)"
+KEY_TASK = "Fetch the repository's signing key, trusted only if its fingerprint is pinned"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+# Docker's real release key (tests/fixtures/apt-keys/README.md) and its published fingerprint.
+DOCKER_ASC = (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "apt-keys" / "docker.asc").read_bytes()
+DOCKER_FPR = "9DC858229FC7DD38854AE2D88D81803C0EBFCD88"
 SERVED = {"/cuda/x86_64/Release": b"Origin: NVIDIA\n", "/cuda/sbsa/Release": b"Origin: NVIDIA\n",
-          "/debian/dists/bookworm/Release": b"Origin: Debian\n"}
+          "/debian/dists/bookworm/Release": b"Origin: Debian\n", "/keys/docker.asc": DOCKER_ASC}
 PER_ARCH = {"amd64": "{base}/cuda/x86_64/", "arm64": "{base}/cuda/sbsa/"}
 
 GOLDEN_NVIDIA_PREF = (
@@ -103,6 +108,23 @@ CASES = {
           "components": ["main"], "signed_by": KEYRING}],
         ["Refuse a repository that cannot work (before anything changes): nvidia_driver refuses:",
          "nvidia_driver_apt_repository.suite \"/\" is a flat repository's path, which has no components"]),
+    "a key at its pinned fingerprint (the caller's default pin)": (
+        "x86_64", "docker_engine",
+        [{"name": "t-keyok", "variable": "docker_engine_apt_repository", "url": "{base}/debian", "suite": "bookworm",
+          "key_url": "{base}/keys/docker.asc", "default_key_fingerprints": [DOCKER_FPR]}], "ok"),
+    # Both keys are checked before either is written: the first (pinned) is not fetched either.
+    "the second of two keys is not at its pinned fingerprint": (
+        "x86_64", "amd_rocm",
+        [{"name": "t-keyfirst", "variable": "amd_rocm_apt_repositories.amdgpu", "url": "{base}/debian",
+          "suite": "bookworm", "key_url": "{base}/keys/docker.asc", "key_fingerprints": [DOCKER_FPR]},
+         {"name": "t-keysecond", "variable": "amd_rocm_apt_repositories.rocm", "url": "{base}/debian",
+          "suite": "bookworm", "key_url": "{base}/keys/docker.asc",
+          "key_fingerprints": ["EB693B3035CD5710E231E123A4B469963BF863CC"],
+          "default_key_fingerprints": [DOCKER_FPR]}],
+        ["Refuse a signing key that is not pinned or cannot be fetched (before anything changes): amd_rocm "
+         "refuses: The signing key served at {base}/keys/docker.asc is not trusted: primary key(s) "
+         + DOCKER_FPR + " not pinned (pinned: EB693B3035CD5710E231E123A4B469963BF863CC)",
+         "add it to amd_rocm_apt_repositories.rocm.key_fingerprints"]),
     # The first answers, the second does not: the refusal names only the second's variable.
     "the one of two repositories that does not answer": (
         "x86_64", "amd_rocm",
@@ -181,11 +203,14 @@ def run(tmp_path_factory):
     written = {}
     for event in runner.events:
         data = event.get("event_data", {})
-        if event.get("event") == "runner_item_on_ok" and data.get("task") in (SOURCES_TASK, PREF_TASK):
+        if event.get("event") == "runner_item_on_ok" and data.get("task") in (SOURCES_TASK, PREF_TASK, KEY_TASK):
             entry = data["res"]["__apt_repository_entry"]
-            name = (entry["name"] + ".sources" if data["task"] == SOURCES_TASK
-                    else entry["preferences_name"] + ".pref")
-            written[name] = data["res"]["diff"][0]["after"]
+            if data["task"] == KEY_TASK:
+                written[entry["keyring"]] = data["res"]["fingerprints"]
+            elif data["task"] == SOURCES_TASK:
+                written[entry["name"] + ".sources"] = data["res"]["diff"][0]["after"]
+            else:
+                written[entry["preferences_name"] + ".pref"] = data["res"]["diff"][0]["after"]
     return outcomes, written, base
 
 
@@ -222,7 +247,14 @@ def test_the_preferences_are_the_old_templates_bytes(run):
     assert written["t-amd.pref"] == GOLDEN_AMD_PREF
 
 
+def test_a_pinned_key_goes_to_the_entrys_keyring_and_signs_its_source(run):
+    _, written, base = run
+    assert written["/etc/apt/keyrings/t-keyok.asc"] == [DOCKER_FPR]
+    assert "Signed-By: /etc/apt/keyrings/t-keyok.asc\n" in written["t-keyok.sources"]
+
+
 def test_nothing_is_written_for_a_refused_entry(run):
     _, written, _ = run
     assert not {"t-noarm.sources", "t-nokey.sources", "t-inject.sources", "t-flatcomp.sources",
-                "t-alive.sources", "t-dead.sources"} & set(written)
+                "t-alive.sources", "t-dead.sources", "t-keyfirst.sources", "t-keysecond.sources",
+                "/etc/apt/keyrings/t-keyfirst.asc", "/etc/apt/keyrings/t-keysecond.asc"} & set(written)

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import http_files, run_role_check
+from helpers import failures, http_files, run_role_check
 
 
 @pytest.fixture
@@ -67,7 +67,9 @@ def test_incomplete_source_is_refused(tmp_path, repo, needle):
 
 
 DOCKER_ASC = (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "apt-keys" / "docker.asc").read_bytes()
+# roles/apt_repository checks every key (check mode) before it writes any.
 KEY_TASK = "Fetch the repository's signing key, trusted only if its fingerprint is pinned"
+REFUSE_TASK = "Refuse a signing key that is not pinned or cannot be fetched (before anything changes)"
 
 
 @pytest.fixture
@@ -88,15 +90,18 @@ def key_results(runner):
 
 def test_a_key_at_another_fingerprint_is_refused(tmp_path, docker_mirror):
     """Docker's real key is served, but the inventory pins another fingerprint (as if the
-    mirror served another vendor's or its own key): refused before the apt source is written."""
+    mirror served another vendor's or its own key): refused before the key or the apt source is
+    written (the fetch task never runs)."""
     served, url = docker_mirror
     served["/docker/gpg"] = DOCKER_ASC
     runner, out = run_role_check("docker_engine", {"docker_engine_apt_timeout": 3, "docker_engine_apt_repository": {
         "url": url, "suite": "bookworm", "key_url": url + "/gpg",
         "key_fingerprints": ["EB693B3035CD5710E231E123A4B469963BF863CC"]}}, tmp_path)
-    assert runner.rc != 0 and key_results(runner) == ["runner_on_failed"], out
-    assert "primary key(s) 9DC858229FC7DD38854AE2D88D81803C0EBFCD88 not pinned" in out, out
-    assert "docker_engine_apt_repository.key_fingerprints" in out, out
+    assert runner.rc != 0 and key_results(runner) == [], out
+    said = failures(runner).get(REFUSE_TASK) or ""
+    assert said.startswith("docker_engine refuses: The signing key served at " + url + "/gpg is not trusted"), out
+    assert "primary key(s) 9DC858229FC7DD38854AE2D88D81803C0EBFCD88 not pinned" in said, said
+    assert "docker_engine_apt_repository.key_fingerprints" in said, said
 
 
 def test_dockers_own_key_passes_the_role_pin(tmp_path, docker_mirror):
@@ -106,4 +111,4 @@ def test_dockers_own_key_passes_the_role_pin(tmp_path, docker_mirror):
     runner, out = run_role_check("docker_engine", {"docker_engine_apt_timeout": 3, "docker_engine_apt_repository": {
         "url": url, "suite": "bookworm", "key_url": url + "/gpg"}}, tmp_path)
     assert key_results(runner) == ["runner_on_ok"], out
-    assert "not pinned" not in out, out
+    assert not [msg for msg in failures(runner).values() if "not pinned" in str(msg)], out

@@ -20,7 +20,15 @@ def test_sources_point_at_the_mirror_of_the_rows_release_and_amds_pin_is_set(hos
     assert "URIs: http://mm3-nvhost-mirror:8080/amdgpu/30.10.2/ubuntu" in amdgpu
     assert "URIs: http://mm3-nvhost-mirror:8080/rocm/apt/7.0.2" in rocm
     assert "Suites: jammy" in amdgpu and "Suites: jammy" in rocm
-    assert "Pin: origin mm3-nvhost-mirror" in host.file("/etc/apt/preferences.d/amd-rocm.pref").content_string
+    # As roles/amd_rocm/templates/amd-rocm.pref.j2 wrote it before roles/apt_repository: one
+    # stanza per repository's origin host (both are the mirror here).
+    stanza = "Package: *\nPin: origin mm3-nvhost-mirror\nPin-Priority: 600\n"
+    assert host.file("/etc/apt/preferences.d/amd-rocm.pref").content_string == (
+        "# Managed by Ansible (amd_rocm): packages from AMD's repositories (or their mirror) win over\n"
+        "# the distribution's, as AMD's install guide sets it.\n" + stanza + "\n" + stanza)
+    for name in ("amdgpu", "rocm"):
+        assert host.file("/etc/apt/keyrings/amd-%s.asc" % name).exists
+        assert "Signed-By: /etc/apt/keyrings/amd-%s.asc" % name in (amdgpu if name == "amdgpu" else rocm)
 
 
 def test_amdgpu_and_rocm_are_the_recorded_versions_and_held(host):

@@ -65,7 +65,13 @@ def test_the_pin_wins_over_other_versions_in_the_repository(host):
     assert re.search(r"Candidate:\s580\.95\.05-1", policy)
     assert re.search(r"\*\*\* 580\.95\.05-1 1001", policy)
     pin = host.file("/etc/apt/preferences.d/nvidia-driver.pref").content_string
-    assert "Pin: version 580.95.05-1" in pin and "nvidia-fabricmanager" in pin
+    # As roles/nvidia_driver/templates/nvidia-driver.pref.j2 wrote it before roles/apt_repository
+    # (one stanza per version; NVLSM and infiniband-diags are not pinned to the driver's version).
+    pinned = PINNED + (["libnvsdm"] if is_b200(host) else [])
+    assert pin == (
+        "# Managed by Ansible (nvidia_driver): the driver and the fabric pieces that must carry\n"
+        "# exactly its version; anything else from the CUDA repository stays below the archive.\n"
+        "Package: %s\nPin: version 580.95.05-1\nPin-Priority: 1001\n" % " ".join(pinned))
 
 
 def test_nouveau_out_persistence_mode_and_the_new_module_loaded_after_one_reboot(host):
