@@ -83,3 +83,48 @@ def test_prepare_rolls_in_batches_and_the_molecule_drill_batches_the_same():
     assert prepare["max_fail_percentage"] == 0
     drill = load("molecule", "nvidia_host", "rolling.yml")[0]
     assert (drill["serial"], drill["max_fail_percentage"]) == (prepare["serial"], prepare["max_fail_percentage"])
+
+
+def _role_files(role, parts=("tasks", "templates", "handlers", "defaults", "vars")):
+    """(path, text) of a role's YAML and Jinja files under `parts` (comments and all)."""
+    for part in parts:
+        for dirpath, _, names in os.walk(os.path.join(ROOT, "roles", role, part)):
+            for name in names:
+                if name.endswith((".yml", ".j2")):
+                    path = os.path.join(dirpath, name)
+                    with open(path) as fh:
+                        yield path, fh.read()
+
+
+def test_the_apt_repository_pattern_has_one_home():
+    """Issue 35: the probe of a Release file, apt_signing_key and the deb822 source and
+    preferences files live in roles/apt_repository only; the vendor roles include it with their
+    own variables. A copy coming back into a role's tasks or templates fails here."""
+    copies = []
+    for role in sorted(os.listdir(os.path.join(ROOT, "roles"))):
+        if role == "apt_repository":
+            continue
+        for path, text in _role_files(role, ("tasks", "templates", "handlers")):
+            for needle in ("apt_signing_key", "sources.list.d", "preferences.d", "/Release"):
+                if needle in text:
+                    copies.append("%s: %s" % (os.path.relpath(path, ROOT), needle))
+    assert not copies, copies
+    for role in ("docker_engine", "nvidia_driver", "nvidia_container_toolkit", "amd_rocm"):
+        text = "".join(text for _, text in _role_files(role, ("tasks",)))
+        assert "name: apt_repository" in text, role
+
+
+def test_no_role_reads_another_roles_private_variables():
+    """A role's __<role>_ variables are its own: another role that reads them (as the monitoring
+    roles read gateway's __gateway_apply_* before roles/service_apply) breaks when they change.
+    Each __name is owned by the role with the longest name it starts with."""
+    import re
+    roles = sorted(os.listdir(os.path.join(ROOT, "roles")), key=len, reverse=True)
+    found = []
+    for role in roles:
+        for path, text in _role_files(role):
+            for name in set(re.findall(r"\b__([a-z0-9_]+)", text)):
+                owner = next((r for r in roles if name.startswith(r + "_")), role)
+                if owner != role:
+                    found.append("%s reads __%s (%s's)" % (os.path.relpath(path, ROOT), name, owner))
+    assert not found, found
