@@ -2,8 +2,12 @@
 plan/<profile>/k8s/): each validates offline against the Kubernetes API schemas of the pinned
 kubernetes-validate wheel (strict: an unknown or misspelt field fails), for the oldest and the
 newest Kubernetes it carries that we claim; the engine's image, command and arguments equal the
-ones of the same profile's systemd unit; goldens for b200 and h200-vllm; no secret value in any
-file. Real plan runs through ansible-runner on localhost. No Kubernetes API server runs here
+ones of the same profile's systemd unit; goldens (tests/golden/k8s/<profile>[-<engine>].yaml, each
+compared with its profile's objects: today b200 and h200-vllm); no secret value in any file. The
+profiles come from the hardware matrix (roles/serving/vars/main.yml); the objects from the
+session's one plan run (fixture `plans` in tests/conftest.py: variants `pinned`, every SGLang
+profile, and `keyed-vllm`, every vLLM profile with an API key on a non-loopback bind), through
+ansible-runner on localhost. No Kubernetes API server runs here
 (none is in Debian's archive and no image can be pulled): applying is not exercised, only what
 playbooks/k8s.yml refuses before it connects (tests/unit/test_model_server_k8s.py and below).
 
@@ -15,7 +19,7 @@ import shlex
 
 import pytest
 import yaml
-from helpers import run_playbook
+from helpers import hardware_matrix, matrix_profiles, run_playbook
 from kubernetes_validate import utils as kubernetes_validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -24,43 +28,16 @@ UNIT = pathlib.Path("etc/systemd/system/minimax-m3.service")
 # Kubernetes versions the objects must validate for: the oldest still in common support
 # (1.30) and the newest schema in the pinned validator.
 VERSIONS = ["1.30.0", "1.37.0"]
-SEED_DIGEST = "sha256:de63ac56df5d7b064451e21147eaab89634a02332d830ca8c01cb8c033b3a78f"
-MANIFEST_PIN = "c" * 64
-KEY = "k8s-test-key-3f9a1c77e2-never-in-a-manifest"
-RSYNC_PASSWORD = "k8s-test-rsync-password-9d2e-never-written"
-# Every profile pinned the way playbooks/k8s.yml requires: one image digest for all (the seed's,
-# so b200 is exactly the seed's image; a stand-in digest for the others), a revision, a manifest
-# pin, the pre-fill image and the staging daemon's address.
-PINS = {"serving_allow_inferred": True, "serving_weights_revision": "b" * 40,
-        "serving_image": {"digest": SEED_DIGEST}, "serving_weights_manifest_sha256": MANIFEST_PIN,
-        "model_server_k8s_prefill_image": "registry.example.internal/mm3/prefill@sha256:" + "d" * 64,
-        "model_server_k8s_rsync_server": "10.20.0.5", "plan_allow_blocked": True,
-        "serving_profile": "all"}
-SGLANG = ["b200", "b300", "gb300", "gb200", "h200", "mi355x", "mi350x", "mi325x", "mi300x"]
-VLLM = ["h200", "cpu-lab"]
+SGLANG = matrix_profiles("sglang")
+VLLM = matrix_profiles("vllm")
 KINDS = ["Namespace", "PersistentVolumeClaim", "Job", "Deployment", "Service", "NetworkPolicy",
          "PodDisruptionBudget"]
-
-
-def plan(tmp_path_factory, name, extravars):
-    plan_dir = tmp_path_factory.mktemp("k8s") / name
-    runner, out = run_playbook("playbooks/plan.yml", plan_dir.parent / (name + "-runner"),
-                               extravars=dict(extravars, plan_dir=str(plan_dir)))
-    assert runner.rc == 0, out[-4000:]
-    return plan_dir, out
-
-
-@pytest.fixture(scope="module")
-def plan_sglang(tmp_path_factory):
-    return plan(tmp_path_factory, "sglang", PINS)
-
-
-@pytest.fixture(scope="module")
-def plan_vllm(tmp_path_factory):
-    """vLLM with an API key on a non-loopback bind: the engine reads it from its config file,
-    which the pod mounts from a Secret."""
-    return plan(tmp_path_factory, "vllm", dict(PINS, serving_engine="vllm", serving_api_key=KEY, weights_sync_password=RSYNC_PASSWORD,
-                                               serving_bind_address="0.0.0.0"))
+# The variant of the session's plan run each engine's objects are read from (tests/conftest.py).
+VARIANT = {"sglang": "pinned", "vllm": "keyed-vllm"}
+# The device plugins' resource names, per GPU vendor of the matrix (written out here, not read
+# from the renderer): NVIDIA's k8s-device-plugin and AMD's ROCm k8s-device-plugin.
+GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+GPU_PROFILES = [p for p in SGLANG if hardware_matrix()[p]["gpu"]["vendor"] in GPU_RESOURCE]
 
 
 def objects(plan_dir, profile):
@@ -73,25 +50,25 @@ def objects(plan_dir, profile):
     return {d["kind"]: d for d in docs}, [d["kind"] for d in docs], path
 
 
-def rendered(request, engine):
-    return request.getfixturevalue("plan_sglang" if engine == "sglang" else "plan_vllm")[0]
+def rendered(plans, engine):
+    return plans[VARIANT[engine]].dir
 
 
 CASES = [("sglang", p) for p in SGLANG] + [("vllm", p) for p in VLLM]
 
 
 @pytest.mark.parametrize("engine,profile", CASES)
-def test_every_object_validates_against_the_kubernetes_schema(request, engine, profile):
-    docs, kinds, _ = objects(rendered(request, engine), profile)
+def test_every_object_validates_against_the_kubernetes_schema(plans, engine, profile):
+    docs, kinds, _ = objects(rendered(plans, engine), profile)
     assert kinds == KINDS
     for version in VERSIONS:
         for kind, doc in docs.items():
             kubernetes_validate.validate(doc, version, strict=True)
 
 
-def test_the_validator_fails_a_misspelt_field(plan_sglang):
+def test_the_validator_fails_a_misspelt_field(plans):
     """The check above can fail: strict validation refuses a field Kubernetes does not have."""
-    deployment = objects(plan_sglang[0], "b200")[0]["Deployment"]
+    deployment = objects(plans["pinned"].dir, "b200")[0]["Deployment"]
     deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "IfNotPresent"
     with pytest.raises(kubernetes_validate.ValidationError, match="imagePullPolicyy"):
         kubernetes_validate.validate(deployment, VERSIONS[-1], strict=True)
@@ -113,8 +90,8 @@ def as_docker(container):
 
 
 @pytest.mark.parametrize("engine,profile", CASES)
-def test_engine_arguments_equal_the_systemd_units(request, engine, profile):
-    plan_dir = rendered(request, engine)
+def test_engine_arguments_equal_the_systemd_units(plans, engine, profile):
+    plan_dir = rendered(plans, engine)
     docs, _, _ = objects(plan_dir, profile)
     engine_container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     docker = as_docker(engine_container)
@@ -130,10 +107,11 @@ def test_engine_arguments_equal_the_systemd_units(request, engine, profile):
     assert mount["subPath"] == "b" * 40
 
 
-@pytest.mark.parametrize("profile,gpus,resource", [
-    ("b200", 8, "nvidia.com/gpu"), ("gb200", 4, "nvidia.com/gpu"), ("mi355x", 8, "amd.com/gpu")])
-def test_gpu_resource_and_the_tainted_pool(plan_sglang, profile, gpus, resource):
-    pod = objects(plan_sglang[0], profile)[0]["Deployment"]["spec"]["template"]["spec"]
+@pytest.mark.parametrize("profile", GPU_PROFILES)
+def test_gpu_resource_and_the_tainted_pool(plans, profile):
+    gpu = hardware_matrix()[profile]["gpu"]
+    gpus, resource = gpu["count"], GPU_RESOURCE[gpu["vendor"]]
+    pod = objects(plans["pinned"].dir, profile)[0]["Deployment"]["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"] == {"limits": {resource: gpus}}
     assert pod["tolerations"] == [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}]
     shm = next(v for v in pod["volumes"] if v["name"] == "shm")
@@ -141,12 +119,13 @@ def test_gpu_resource_and_the_tainted_pool(plan_sglang, profile, gpus, resource)
     assert pod["automountServiceAccountToken"] is False
 
 
-def test_pods_serve_only_a_verified_volume_and_only_the_gateway_reaches_them(plan_sglang):
-    docs, _, _ = objects(plan_sglang[0], "b200")
+def test_pods_serve_only_a_verified_volume_and_only_the_gateway_reaches_them(plans):
+    docs, _, _ = objects(plans["pinned"].dir, "b200")
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     first = pod["initContainers"][0]
     assert first["name"] == "weights-verified"
-    assert {"name": "MM3_MANIFEST_SHA256", "value": MANIFEST_PIN} in first["env"]
+    pin = plans["pinned"].inputs["b200"]["serving_weights_manifest_sha256"]
+    assert {"name": "MM3_MANIFEST_SHA256", "value": pin} in first["env"]
     assert [i["name"] for i in pod["initContainers"]] == ["weights-verified", "msa-gate"]
     claim = next(v for v in pod["volumes"] if v["name"] == "weights")["persistentVolumeClaim"]
     assert claim == {"claimName": docs["PersistentVolumeClaim"]["metadata"]["name"], "readOnly": True}
@@ -165,42 +144,62 @@ def test_pods_serve_only_a_verified_volume_and_only_the_gateway_reaches_them(pla
     assert probes["startupProbe"]["failureThreshold"] * probes["startupProbe"]["periodSeconds"] == 3600
 
 
-def test_a_keyed_engine_reads_its_key_from_a_secret_and_no_secret_is_written(plan_vllm):
-    docs, _, _ = objects(plan_vllm[0], "h200")
+def test_a_keyed_engine_reads_its_key_from_a_secret_and_no_secret_is_written(plans):
+    docs, _, _ = objects(plans["keyed-vllm"].dir, "h200")
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     engine = pod["containers"][0]
     assert engine["args"][-2:] == ["--config", "/etc/model-server/engine.yaml"]
     config = next(v for v in pod["volumes"] if v["name"] == "engine-config")
     assert config["secret"]["secretName"] == "minimax-m3-engine-config"
-    for path in (plan_vllm[0]).rglob("*"):
+    inputs = plans["keyed-vllm"].inputs["h200"]
+    key, password = inputs["serving_api_key"], inputs["weights_sync_password"]
+    for path in plans["keyed-vllm"].dir.rglob("*"):
         if path.is_file():
             text = path.read_text(errors="replace")
-            assert KEY not in text and RSYNC_PASSWORD not in text, path
+            assert key not in text and password not in text, path
     assert not [d for d in docs.values() if d["kind"] == "Secret"]
 
 
-def test_an_unpinned_image_gets_no_objects_only_the_reason(tmp_path_factory):
+def test_an_unpinned_image_gets_no_objects_only_the_reason(plans):
     """The matrix's tag families (h200 without serving_image) render a unit in a lab plan but no
     Kubernetes objects: a cluster pulls by digest or not at all."""
-    plan_dir, _ = plan(tmp_path_factory, "unpinned", dict(
-        PINS, serving_profile="h200", serving_image={}, serving_allow_unpinned_image=True))
+    plan_dir = plans["unpinned"].dir
     assert (plan_dir / "h200" / UNIT).exists()
     assert not (plan_dir / "h200" / "k8s" / "minimax-m3.yaml").exists()
     assert "is not pinned by digest" in (plan_dir / "h200" / "k8s" / "BLOCKED").read_text()
 
 
-@pytest.mark.parametrize("engine,profile,golden", [("sglang", "b200", "b200"), ("vllm", "h200", "h200-vllm")])
-def test_objects_match_golden(request, engine, profile, golden):
-    _, _, path = objects(rendered(request, engine), profile)
-    expected = GOLDEN / (golden + ".yaml")
+def golden_case(path):
+    """(engine, profile) a k8s golden names: <profile>.yaml SGLang, <profile>-<engine>.yaml."""
+    for engine in VARIANT:
+        if engine != "sglang" and path.stem.endswith("-" + engine):
+            return engine, path.stem[:-len(engine) - 1]
+    return "sglang", path.stem
+
+
+GOLDENS = sorted(GOLDEN.glob("*.yaml"))
+
+
+def test_every_k8s_golden_is_a_matrix_profile():
+    """A golden that no entry renders (a renamed or removed profile, an engine an entry lost) fails."""
+    assert GOLDENS
+    for path in GOLDENS:
+        engine, profile = golden_case(path)
+        assert profile in matrix_profiles(engine), "%s: no %s profile %r in the matrix" % (path, engine, profile)
+
+
+@pytest.mark.parametrize("golden", GOLDENS, ids=[p.stem for p in GOLDENS])
+def test_objects_match_golden(plans, golden):
+    engine, profile = golden_case(golden)
+    _, _, path = objects(rendered(plans, engine), profile)
     if os.environ.get("UPDATE_GOLDEN") == "1":
-        expected.write_text(path.read_text())
-    assert path.read_text() == expected.read_text()
+        golden.write_text(path.read_text())
+    assert path.read_text() == golden.read_text()
 
 
 # playbooks/k8s.yml refuses before it connects to a cluster (what this machine can show: no
 # API server can run here).
-APPLY = dict(PINS, serving_profile="b200", k8s_hosts="all", weights_sync_password=RSYNC_PASSWORD)
+RSYNC_PASSWORD = "k8s-apply-test-rsync-password-51c0-never-printed"
 
 
 @pytest.mark.parametrize("extravars,expected", [
@@ -209,8 +208,9 @@ APPLY = dict(PINS, serving_profile="b200", k8s_hosts="all", weights_sync_passwor
     ({"model_server_k8s_replicas": 0}, "model_server_k8s_replicas is 0: set an integer from 1 to 64"),
     ({"serving_weights_manifest_sha256": None}, "is not pinned: set serving_weights_manifest_sha256"),
 ])
-def test_k8s_playbook_refuses_before_anything_is_applied(tmp_path, extravars, expected):
-    runner, out = run_playbook("playbooks/k8s.yml", tmp_path, extravars=dict(APPLY, **extravars),
+def test_k8s_playbook_refuses_before_anything_is_applied(plan_pins, tmp_path, extravars, expected):
+    apply = plan_pins("b200", serving_profile="b200", k8s_hosts="all", weights_sync_password=RSYNC_PASSWORD)
+    runner, out = run_playbook("playbooks/k8s.yml", tmp_path, extravars=dict(apply, **extravars),
                                inventory="k8s-test-cluster,")
     assert runner.rc != 0
     assert expected in out, out[-3000:]

@@ -8,7 +8,7 @@ docker run --rm --name minimax-m3 \
   -p 127.0.0.1:30000:30000 \
   -e HF_HUB_OFFLINE=1 \
   -v /data/models/MiniMaxAI/MiniMax-M3-MXFP8/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3-MXFP8:ro \
-  -v /var/cache/minimax-m3/jit/IMAGE-ID:/var/cache/minimax-m3-jit \
+  -v /var/cache/minimax-m3/jit/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee:/var/cache/minimax-m3-jit \
   -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \
   -e MINFER_FMHA_CACHE_DIR=/var/cache/minimax-m3-jit/minfer/fmha_sm100 \
   -e SGLANG_JIT_CACHE_DIR=/var/cache/minimax-m3-jit/sglang/jit \
@@ -16,7 +16,7 @@ docker run --rm --name minimax-m3 \
   -e TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton \
   -e TVM_FFI_CACHE_DIR=/var/cache/minimax-m3-jit/tvm-ffi \
   -e XDG_CACHE_HOME=/var/cache/minimax-m3-jit \
-  lmsysorg/sglang:dev-cu13-minimax-m3 \
+  lmsysorg/sglang@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   sglang serve \
   --trust-remote-code \
   --model-path /models/MiniMax-M3-MXFP8 \

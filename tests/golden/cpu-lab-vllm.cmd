@@ -12,7 +12,7 @@ docker run --rm --name minimax-m3 \
   -e HOME=/tmp \
   -e VLLM_CPU_KVCACHE_SPACE=1 \
   -v /data/models/mm3-lab/tiny-m3/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/tiny-m3:ro \
-  mm3-lab/vllm-cpu:lab \
+  mm3-lab/vllm-cpu@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   /models/tiny-m3 \
   --served-model-name mm3-lab/tiny-m3 \
   --max-model-len 4096 \

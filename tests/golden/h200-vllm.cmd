@@ -8,7 +8,7 @@ docker run --rm --name minimax-m3 \
   -p 127.0.0.1:30000:8000 \
   -e HF_HUB_OFFLINE=1 \
   -v /data/models/MiniMaxAI/MiniMax-M3/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3:ro \
-  vllm/vllm-openai:minimax-m3 \
+  vllm/vllm-openai@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   /models/MiniMax-M3 \
   --served-model-name MiniMaxAI/MiniMax-M3 \
   --tensor-parallel-size 8 \

@@ -8,7 +8,7 @@ docker run --rm --name minimax-m3 \
   -p 127.0.0.1:30000:30000 \
   -e HF_HUB_OFFLINE=1 \
   -v /data/models/MiniMaxAI/MiniMax-M3/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3:ro \
-  lmsysorg/sglang:dev-cu12-minimax-m3 \
+  lmsysorg/sglang@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   sglang serve \
   --trust-remote-code \
   --model-path /models/MiniMax-M3 \

@@ -11,7 +11,7 @@ docker run --rm --name minimax-m3 \
   -e HF_HUB_OFFLINE=1 \
   -e SGLANG_USE_AITER=1 \
   -v /data/models/MiniMaxAI/MiniMax-M3-MXFP8/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3-MXFP8:ro \
-  lmsysorg/sglang:rocm720-mi35x \
+  lmsysorg/sglang@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   sglang serve \
   --trust-remote-code \
   --model-path /models/MiniMax-M3-MXFP8 \
