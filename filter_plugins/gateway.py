@@ -193,7 +193,8 @@ def upstreams_problems(upstreams):
         ok_address = v.is_host(address)
         if not CLIENT_NAME_RE.match(name.lower()) or port is None or not ok_address:
             blockers.append("gateway upstream %r is not {name, address (IP or host name), port "
-                            "1-65535}: fix gateway_upstreams." % (item,))
+                            "1-65535}: fix gateway_upstreams (a fleet gateway takes each node's port "
+                            "from the gateway_endpoint serve.yml publishes on the node)." % (item,))
             continue
         result.append({"name": name.lower(), "address": address, "port": port,
                        "tls": bool(item.get("tls", False))})
@@ -282,13 +283,15 @@ def pool_name(node):
 
 def fleet_upstreams(nodes, hostvars):
     """A fleet gateway's upstreams: every serving node's own gateway, over TLS, at the node's
-    gateway_node_address (default: its inventory name) and gateway_port (default 8443)."""
+    gateway_node_address (default: its inventory name) and the port its gateway listens on (its
+    gateway_endpoint, which the gateway role publishes on the node: playbooks/serve.yml runs it
+    there first). A node without one gets no port, which gateway_resolve refuses naming it."""
     result = []
     for node in nodes:
         node_vars = hostvars[node]
         result.append({"name": pool_name(node),
                        "address": node_vars.get("gateway_node_address") or str(node),
-                       "port": node_vars.get("gateway_port") or 8443, "tls": True})
+                       "port": (node_vars.get("gateway_endpoint") or {}).get("port"), "tls": True})
     return result
 
 

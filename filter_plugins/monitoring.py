@@ -129,17 +129,18 @@ def release_label(serving_spec):
 
 
 def node_target(node, node_vars):
-    """One serving node's scrape targets, from its resolved serving_spec (blockers included).
-    The exporters' ports are the node's monitoring_node_exporter_port / monitoring_node_dcgm_port
-    (inventory; 9100 and 9400 as in the monitoring_node role's defaults)."""
-    node_exporter_port = node_vars.get("monitoring_node_exporter_port") or 9100
-    dcgm_port = node_vars.get("monitoring_node_dcgm_port") or 9400
+    """One serving node's scrape targets, from what the node's own roles resolved, each with its
+    role's defaults (playbooks/monitor.yml runs them on the nodes first): serving_spec, the
+    exporters' ports (monitoring_node_spec) and, behind a gateway, its port (gateway_endpoint,
+    the gateway role's read-only entry point). Blockers name what is missing."""
     spec = node_vars.get("serving_spec") or {}
+    exporters = node_vars.get("monitoring_node_spec") or {}
+    node_exporter_port = exporters.get("exporter_port")
+    dcgm_port = exporters.get("dcgm_port")
     blockers = []
-    for name, value in (("monitoring_node_exporter_port", node_exporter_port),
-                        ("monitoring_node_dcgm_port", dcgm_port)):
-        if _number(value, 1, 65535, integer=True) is None:
-            blockers.append("node %s: %s is %r: set a TCP port between 1 and 65535." % (node, name, value))
+    if not exporters:
+        blockers.append("node %s has no monitoring_node_spec: run the monitoring_node role on the nodes "
+                        "first (playbooks/monitor.yml does)." % node)
     address = str(node_vars.get("gateway_node_address") or node_vars.get("monitoring_node_address") or node)
     if not v.is_host(address):
         blockers.append("node %s: address %r is neither an IP nor a host name: set "
@@ -148,7 +149,10 @@ def node_target(node, node_vars):
         blockers.append("node %s has no serving_spec: run the serving role on the nodes first "
                         "(playbooks/monitor.yml does)." % node)
     gateway = bool(spec.get("gateway"))
-    gateway_port = node_vars.get("gateway_port") or 8443
+    gateway_port = (node_vars.get("gateway_endpoint") or {}).get("port")
+    if gateway and gateway_port is None:
+        blockers.append("node %s has no gateway_endpoint: run the gateway role's endpoint entry point on "
+                        "the nodes first (playbooks/monitor.yml does)." % node)
     vendor = (spec.get("gpu") or {}).get("vendor")
     gpu_exporter = GPU_EXPORTERS.get(vendor)
     if gateway:

@@ -59,7 +59,9 @@ def target(node, engine="vllm", gateway=True, vendor="nvidia"):
     spec = {"engine": engine, "profile": "h200", "gateway": gateway, "bind_address": "127.0.0.1",
             "port": 30000, "gpu": {"vendor": vendor}, "weights": {"revision": "a" * 40},
             "image": {"digest": "sha256:" + "b" * 64}}
-    return monitoring.node_target(node, {"serving_spec": spec})
+    # as the nodes' roles publish them in playbooks/monitor.yml (their defaults)
+    return monitoring.node_target(node, {"serving_spec": spec, "gateway_endpoint": {"port": 8443},
+                                         "monitoring_node_spec": {"exporter_port": 9100, "dcgm_port": 9400}})
 
 
 def spec_with(budget=None, alert_for=None, targets=None, **kwargs):

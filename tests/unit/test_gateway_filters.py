@@ -122,7 +122,9 @@ def test_serving_refuses_a_key_or_an_open_bind_behind_the_gateway():
 
 
 def test_fleet_upstreams_from_the_inventory(pems):
-    hostvars = {"GPU-Node-01": {}, "n2": {"gateway_node_address": "10.0.0.2", "gateway_port": 9443}}
+    # each node's gateway_endpoint, as serve.yml publishes it on the node (its gateway_port)
+    hostvars = {"GPU-Node-01": {"gateway_endpoint": {"port": 8443}},
+                "n2": {"gateway_node_address": "10.0.0.2", "gateway_endpoint": {"port": 9443}}}
     ups = gateway.fleet_upstreams(["GPU-Node-01", "n2"], hostvars)
     assert ups == [{"name": "gpu-node-01", "address": "GPU-Node-01", "port": 8443, "tls": True},
                    {"name": "n2", "address": "10.0.0.2", "port": 9443, "tls": True}]
@@ -132,6 +134,12 @@ def test_fleet_upstreams_from_the_inventory(pems):
     assert gateway.pool_name("Rack 3/Node_7") == "rack-3-node_7"
     mixed = ups + [{"name": "engine", "address": "127.0.0.1", "port": 30000}]
     assert any("mixes TLS and plain" in b for b in resolve(pems, upstreams=mixed)["blockers"])
+    # a node whose gateway published no endpoint (serve.yml run with --limit gateway) is refused,
+    # never given a port the fleet gateway guessed
+    lonely = gateway.fleet_upstreams(["n3"], {"n3": {"gateway_port": 9443}})
+    assert lonely[0]["port"] is None
+    assert any("from the gateway_endpoint serve.yml publishes" in b
+               for b in resolve(pems, upstreams=lonely)["blockers"])
 
 
 def test_vllm_gets_the_media_allowlist_as_its_own_switch_and_sglang_nothing():

@@ -22,8 +22,18 @@ def serving_spec(**kwargs):
     return spec
 
 
+# What the node's own roles published before the monitoring host reads it (playbooks/monitor.yml):
+# the exporters' ports with monitoring_node's defaults, and its gateway's port.
+PUBLISHED = {"monitoring_node_spec": {"exporter_port": 9100, "dcgm_port": 9400},
+             "gateway_endpoint": {"port": 8443}}
+
+
+def published(**node_vars):
+    return dict(PUBLISHED, **node_vars)
+
+
 def resolve(budget=None, alert_for=None, targets=None, **kwargs):
-    targets = targets if targets is not None else [monitoring.node_target("gpu01", {"serving_spec": serving_spec()})]
+    targets = targets if targets is not None else [monitoring.node_target("gpu01", published(serving_spec=serving_spec()))]
     return monitoring.monitoring_resolve(
         budget=dict(ROLE_VARS["__monitoring_budget_defaults"], **(budget or {})),
         alert_for=dict(ROLE_VARS["__monitoring_alert_for_defaults"], **(alert_for or {})),
@@ -65,12 +75,16 @@ def test_each_bad_value_is_refused_with_its_fix(kwargs, fix):
 
 
 @pytest.mark.parametrize("node,node_vars,fix", [
-    ("gpu01", {}, "gpu01 has no serving_spec: run the serving role on the nodes first"),
-    ("gpu01", {"serving_spec": serving_spec(gateway=False)}, "set serving_gateway: true"),
-    ("gpu01", {"serving_spec": serving_spec(), "gateway_node_address": "gpu 01"}, "neither an IP nor a host name"),
-    ("gpu01", {"serving_spec": serving_spec(profile="b200\nrelease")}, "holds a control character"),
-    ("gpu01", {"serving_spec": serving_spec(profile='b200",x="1')}, "label 'b200\",x=\"1' holds characters"),
-    ("gpu01", {"serving_spec": serving_spec(), "monitoring_node_exporter_port": "x"}, "monitoring_node_exporter_port is 'x'"),
+    ("gpu01", published(), "gpu01 has no serving_spec: run the serving role on the nodes first"),
+    ("gpu01", published(serving_spec=serving_spec(gateway=False)), "set serving_gateway: true"),
+    ("gpu01", published(serving_spec=serving_spec(), gateway_node_address="gpu 01"), "neither an IP nor a host name"),
+    ("gpu01", published(serving_spec=serving_spec(profile="b200\nrelease")), "holds a control character"),
+    ("gpu01", published(serving_spec=serving_spec(profile='b200",x="1')), "label 'b200\",x=\"1' holds characters"),
+    # the ports are what the node's roles resolved (their defaults included), never a second default here
+    ("gpu01", {"serving_spec": serving_spec(), "gateway_endpoint": {"port": 8443}},
+     "gpu01 has no monitoring_node_spec: run the monitoring_node role on the nodes first"),
+    ("gpu01", {"serving_spec": serving_spec(), "monitoring_node_spec": {"exporter_port": 9100, "dcgm_port": 9400}},
+     "gpu01 has no gateway_endpoint: run the gateway role's endpoint entry point"),
 ])
 def test_each_bad_node_is_refused_with_its_fix(node, node_vars, fix):
     spec = resolve(targets=[monitoring.node_target(node, node_vars)])
@@ -78,14 +92,14 @@ def test_each_bad_node_is_refused_with_its_fix(node, node_vars, fix):
 
 
 def test_an_engine_with_its_own_key_off_loopback_is_scraped_directly():
-    target = monitoring.node_target("gpu01", {"serving_spec": serving_spec(gateway=False, bind_address="10.0.0.5")})
+    target = monitoring.node_target("gpu01", published(serving_spec=serving_spec(gateway=False, bind_address="10.0.0.5")))
     assert target["blockers"] == [] and target["engine_scrape"]["scheme"] == "http"
 
 
 def test_an_amd_node_says_why_it_has_no_gpu_exporter():
-    target = monitoring.node_target("mi01", {"serving_spec": serving_spec(gpu={"vendor": "amd"})})
+    target = monitoring.node_target("mi01", published(serving_spec=serving_spec(gpu={"vendor": "amd"})))
     assert target["gpu_exporter"] is None and "AMD's device-metrics exporter" in target["gpu_exporter_skipped"]
-    cpu = monitoring.node_target("lab", {"serving_spec": serving_spec(gpu={"vendor": "cpu"})})
+    cpu = monitoring.node_target("lab", published(serving_spec=serving_spec(gpu={"vendor": "cpu"})))
     assert cpu["gpu_exporter"] is None and cpu["gpu_exporter_skipped"] is None
 
 
