@@ -192,3 +192,13 @@ def test_every_exported_filter_is_used():
         spec.loader.exec_module(module)
         unused += [name for name in module.FilterModule().filters() if not re.search(r"\b%s\b" % name, used)]
     assert unused == []
+
+
+@pytest.mark.parametrize("value,word,url", [
+    ("https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/", True, True),
+    ("http://10.0.0.5:8080/mirror", True, True),
+    ("https://mirror/x\nTrusted: yes", False, False), ("https://mirror /x", False, False),
+    ("ftp://mirror/x", True, False), ("https://", True, False), ("stable", True, False), ("", False, False),
+    (None, False, False), ("https://a\u0085b", False, False)])
+def test_words_and_urls_for_one_line_of_a_file(value, word, url):
+    assert v.is_word(value) is word and v.is_http_url(value) is url

@@ -179,6 +179,18 @@ def networks(items, name):
     return result, problems
 
 
+def is_word(value):
+    """One non-empty token without whitespace or control characters (a value that reaches one
+    line of a configuration file: a newline would add a line of its own)."""
+    return isinstance(value, str) and bool(value) and not has_control(value) and not any(
+        ch.isspace() for ch in value)
+
+
+def is_http_url(value):
+    """An http(s) URL with a host, as one word (no whitespace, no control character)."""
+    return is_word(value) and bool(re.match(r"https?://[^/?#]+", value))
+
+
 # --- numbers ---------------------------------------------------------------------------------
 
 def whole_number(value, low, high):
