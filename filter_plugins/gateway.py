@@ -204,7 +204,7 @@ def upstreams_problems(upstreams):
 def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks=None,
                     metrics_networks=None, media_allowlist=None, upstreams=None,
                     tls_cert_pem=None, tls_key_pem=None, upstream_timeout_s=3600,
-                    engine_bind_address="127.0.0.1", engine="vllm", now=None):
+                    engine_bind_address=None, engine="vllm", now=None):
     """Resolve the gateway choices into gateway_spec. Never raises; see the module docstring."""
     blockers = []
     resolved_clients, problems = clients_resolve(clients)
@@ -235,7 +235,8 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
             blockers.append("gateway upstream %s (%s) is neither loopback nor TLS: the engine must "
                             "listen on 127.0.0.1 behind the gateway (serving_bind_address), and a "
                             "fleet gateway reaches nodes through their own gateways." % (up["name"], up["address"]))
-    if not v.is_loopback(engine_bind_address):
+    # None: no engine on this host (a fleet gateway)
+    if engine_bind_address is not None and not v.is_loopback(engine_bind_address):
         blockers.append("serving_bind_address is %s while a gateway fronts the engine: set "
                         "serving_bind_address: 127.0.0.1 (only the gateway may reach the engine)."
                         % engine_bind_address)
