@@ -212,9 +212,9 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
     gw_port, problem = v.port_problem(port, "gateway_port")
     if problem:
         blockers.append(problem)
-    if not v.is_ip(str(bind_address)):
-        blockers.append("gateway_bind_address %r is not an IP address: set one of this host's "
-                        "addresses, or 0.0.0.0 with gateway_allowed_networks." % (bind_address,))
+    problem = v.bind_address_problem(bind_address, "gateway_bind_address")
+    if problem:
+        blockers.append(problem + " (0.0.0.0 with gateway_allowed_networks listens on every address.)")
     allowed, problems = v.networks(allowed_networks if allowed_networks is not None else [],
                                    "gateway_allowed_networks")
     blockers += problems

@@ -79,10 +79,10 @@ def monitoring_resolve(budget=None, alert_for=None, scrape_interval_s=15, listen
     if interval is None:
         blockers.append("monitoring_scrape_interval_s is %r: set whole seconds between 1 and 300."
                         % (scrape_interval_s,))
-    if not v.is_ip(listen_address):
-        blockers.append("monitoring_listen_address %r is not an IP address: set 127.0.0.1 (reach the "
-                        "UI through an SSH tunnel) or this host's address on the operators' network."
-                        % (listen_address,))
+    problem = v.bind_address_problem(listen_address, "monitoring_listen_address")
+    if problem:
+        blockers.append(problem + " (127.0.0.1: reach the UI through an SSH tunnel; or this host's "
+                        "address on the operators' network.)")
     ports = {}
     for name, value in (("monitoring_port", port), ("monitoring_alertmanager_port", alertmanager_port),
                         ("monitoring_blackbox_port", blackbox_port)):
@@ -204,10 +204,10 @@ def monitoring_node_resolve(networks, listen_address="0.0.0.0", exporter_port=91
     if not nets and not problems:
         blockers.append("monitoring_node_networks is empty: list the monitoring host's network (CIDR); "
                         "it defaults to gateway_metrics_networks, which the monitoring host needs too.")
-    if not v.is_ip(listen_address):
-        blockers.append("monitoring_node_listen_address %r is not an IP address: set 0.0.0.0 (the "
-                        "firewall admits the monitoring networks only) or the node's own address."
-                        % (listen_address,))
+    problem = v.bind_address_problem(listen_address, "monitoring_node_listen_address")
+    if problem:
+        blockers.append(problem + " (0.0.0.0: the firewall admits the monitoring networks only; or the "
+                        "node's own address.)")
     port = _number(exporter_port, 1, 65535, integer=True)
     if port is None:
         blockers.append("monitoring_node_exporter_port is %r: set a TCP port between 1 and 65535."

@@ -177,10 +177,7 @@ def bind_address_problem(address):
     if address.strip().lower() == "localhost":
         return ("serving_bind_address is 'localhost', which docker -p does not accept: set "
                 "127.0.0.1 (or ::1).")
-    if not v.is_ip(address):
-        return ("serving_bind_address %r is not an IP address: set an address of this node "
-                "(127.0.0.1 keeps it on loopback)." % address)
-    return None
+    return v.bind_address_problem(address, "serving_bind_address")
 
 
 def media_domains_problems(domains):

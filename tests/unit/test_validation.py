@@ -101,7 +101,12 @@ def test_absolute_paths(path, ok):
 
 
 @pytest.mark.parametrize("key,needle", [
-    ("9f2c4e81a7b3d6059f2c4e81a7b3d605", None),
+    ("d1b0f097958c6e6d76ac0f2ab027c460", None),  # openssl rand -hex 16
+    ("<d1b0f097958c6e6d76ac0f2ab027c460>", None),  # < and > are characters a generator may give
+    ("12345678901234567890123456789012", "is digits only"),
+    ("9f2c4e81a7b3d6059f2c4e81a7b3d605", "repeats a pattern of 16 characters"),
+    ("abcdefgh" * 4, "repeats a pattern of 8 characters"),
+    ("abcdefgh" * 4 + "abc", "repeats a pattern of 8 characters"),
     ("short", "has 5 characters (at least 32)"),
     ("9f2c4e81a7b3d605 9f2c4e81a7b3d605", "whitespace or a control character"),
     ("changeme" + "9f2c4e81a7b3d605" * 2, "looks like a placeholder"),
@@ -202,3 +207,22 @@ def test_every_exported_filter_is_used():
     (None, False, False), ("https://a\u0085b", False, False)])
 def test_words_and_urls_for_one_line_of_a_file(value, word, url):
     assert v.is_word(value) is word and v.is_http_url(value) is url
+
+
+@pytest.mark.parametrize("address,needle", [
+    ("127.0.0.1", None), ("0.0.0.0", None), ("::", None), ("::1", None), ("10.1.2.3", None), ("fd00::5", None),
+    ("fe80::1%eth0", "is not an IP address"), ("fe80::1", "is a link-local address"),
+    ("224.0.0.1", "is a multicast address"), ("ff02::1", "is a multicast address"),
+    ("255.255.255.255", "is a broadcast address"), ("localhost", "is not an IP address")])
+def test_bind_addresses(address, needle):
+    problem = v.bind_address_problem(address, "serving_bind_address")
+    assert (problem is None) if needle is None else (needle in problem and "serving_bind_address" in problem)
+
+
+def test_path_components_fit_linux():
+    assert v.absolute_path_problem("/data/" + "m" * 255, "serving_weights_root") is None
+    assert "a path component of 256 bytes" in v.absolute_path_problem("/data/" + "m" * 256, "serving_weights_root")
+    # bytes, not characters: 128 two-byte characters are 256 bytes
+    assert "256 bytes" in v.absolute_path_problem("/data/" + "\u00e9" * 128, "serving_weights_root")
+    deep = "/" + "/".join(["d" * 200] * 21)
+    assert "bytes long (Linux takes at most 4095)" in v.absolute_path_problem(deep, "serving_weights_root")

@@ -35,7 +35,11 @@ _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 # Values copied from an example rather than generated.
 SECRET_MIN_LENGTH = 32
 SECRET_PLACEHOLDERS = ("changeme", "change-me", "change_me", "replaceme", "replace-me", "replace_me",
-                       "your-api-key", "your_api_key", "yourapikey", "placeholder", "example", "<", ">")
+                       "your-api-key", "your_api_key", "yourapikey", "placeholder", "example")
+# The longest name a Linux filesystem takes for one path component (NAME_MAX) and for a path
+# (PATH_MAX, with its terminating NUL), in bytes.
+NAME_MAX = 255
+PATH_MAX = 4095
 
 
 def type_name(value):
@@ -151,6 +155,23 @@ def is_loopback(value):
     return address.is_loopback or bool(mapped and mapped.is_loopback)
 
 
+def bind_address_problem(value, name):
+    """Why `value` cannot be an address a service binds and docker -p publishes, or None: an IP
+    literal that is not multicast, not the IPv4 broadcast address and not IPv6 link-local (which
+    needs a zone id no -p takes). 0.0.0.0 and :: (every address) are addresses too."""
+    address = ip_address(value)
+    if address is None:
+        return ("%s %r is not an IP address (no name, brackets or zone id): set an address of this "
+                "host (127.0.0.1 keeps it on loopback)." % (name, value))
+    if address.is_multicast or str(address) == "255.255.255.255" or (
+            address.version == 6 and address.is_link_local):
+        return ("%s %s is a %s address, which a server cannot listen on for clients: set an address of "
+                "this host (127.0.0.1 keeps it on loopback)."
+                % (name, address, "multicast" if address.is_multicast else
+                   "broadcast" if address.version == 4 else "link-local"))
+    return None
+
+
 def is_hostname(value):
     """An RFC 1123 host name (case-insensitive, a trailing dot refused)."""
     return isinstance(value, str) and bool(_HOSTNAME.fullmatch(value.lower()))
@@ -244,6 +265,19 @@ def absolute_path_problem(path, name, example="/data/models"):
     bare = path.rstrip("/") if len(path) > 1 else path
     if not bare.startswith("/") or ".." in bare.split("/") or posixpath.normpath(bare) != bare:
         return ("%s %r is not absolute and normalised (no '..', '.' or '//'): %s." % (name, path, fix))
+    return path_length_problem(bare, name)
+
+
+def path_length_problem(path, name):
+    """Why a path is longer than Linux takes (a component over NAME_MAX bytes, the whole over
+    PATH_MAX), or None: a mkdir or a mount would fail half-way, after other changes."""
+    encoded = path.encode("utf-8")
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        return ("%s has a path component of %d bytes (Linux takes at most %d per component): shorten "
+                "it." % (name, longest, NAME_MAX))
+    if len(encoded) > PATH_MAX:
+        return "%s is %d bytes long (Linux takes at most %d): shorten it." % (name, len(encoded), PATH_MAX)
     return None
 
 
@@ -265,4 +299,18 @@ def secret_problem(value, name, fix):
     lowered = value.lower()
     if any(word in lowered for word in SECRET_PLACEHOLDERS) or len(set(value)) < 8:
         return "%s looks like a placeholder, not a random key: %s." % (name, fix)
+    if value.isdigit():
+        return "%s is digits only (a number, not a random key): %s." % (name, fix)
+    period = _repeat_period(value)
+    if period:
+        return ("%s repeats a pattern of %d characters (not a random key): %s." % (name, period, fix))
     return None
+
+
+def _repeat_period(value):
+    """The length of the shortest block whose repetition makes up `value` (abcdefgh x 4: 8), or 0
+    when there is none shorter than half of it."""
+    for period in range(1, len(value) // 2 + 1):
+        if value == (value[:period] * (len(value) // period + 1))[:len(value)]:
+            return period
+    return 0
