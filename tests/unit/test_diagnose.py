@@ -73,6 +73,7 @@ NOT_RECORDED = {"msa_inactive": "the gate's own line; SGLang prints nothing itse
                 "remote_image_refused": "the gateway's own access-log line (tests/test_gateway_haproxy.py)",
                 "weights_marker_missing": "check_weights.py's own message (test_project_messages)",
                 "weights_changed": "check_weights.py's own message (test_project_messages)",
+                "weights_unreadable": "check_weights.py's own message (test_unreadable_weights_refusal)",
                 "unit_start_limit": "systemd's message (test_project_messages)"}
 
 
@@ -102,6 +103,36 @@ def test_project_messages():
     # systemd 252's wording (src/core/unit.c, unit_start_limit_test -> log "Start request repeated too quickly.")
     limit = "minimax-m3.service: Start request repeated too quickly."
     assert diagnose.diagnose_findings({"engine": limit}, RULES)[0]["id"] == "unit_start_limit"
+
+
+def test_unreadable_weights_refusal(tmp_path, capsys):
+    """The refusal check_weights.py itself prints (run on a real directory the engine's uid
+    cannot read: a verified copy whose shard is 0640 and owned by another user) leads to
+    weights_unreadable, whose fix is the weights play."""
+    import hashlib
+    import json
+    from ansible_collections.mm3.shared.plugins.module_utils import weights_common as common
+    check = load_source("mm3_check_weights", os.path.join(ROOT, "roles", "model_server", "files", "check_weights.py"))
+    wdir = tmp_path / "rev"
+    wdir.mkdir()
+    shard = wdir / "model-00001-of-00001.safetensors"
+    shard.write_bytes(b"weights")
+    manifest = ("%s  %s\n" % (hashlib.sha256(b"weights").hexdigest(), shard.name)).encode()
+    (tmp_path / "m").write_bytes(manifest)
+    pin = hashlib.sha256(manifest).hexdigest()
+    (tmp_path / "k").write_text(json.dumps(common.marker_document(
+        pin, str(wdir), 1, 7, "2026-06-01T00:00:00Z", "org/m", "a" * 40, common.file_stats(str(wdir), [shard.name]))))
+    os.chown(shard, 1000, 1000)
+    shard.chmod(0o640)
+    rc = check.main(["--dir", str(wdir), "--manifest", str(tmp_path / "m"), "--marker", str(tmp_path / "k"),
+                     "--sha256", pin, "--repo", "org/m", "--revision", "a" * 40, "--user", "65534:65534"])
+    lines = capsys.readouterr().err.splitlines()
+    assert rc == 1 and len(lines) == 1, lines  # the copy is what was verified: one refusal, this one
+    line = lines[0]
+    assert "model-00001-of-00001.safetensors is not readable by uid 65534" in line, line
+    findings = diagnose.diagnose_findings({"engine": line}, RULES)
+    assert [f["id"] for f in findings] == ["weights_unreadable"]
+    assert "playbooks/weights.yml" in BY_ID["weights_unreadable"]["fix"]
 
 
 def facts(**over):

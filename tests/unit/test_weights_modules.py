@@ -330,9 +330,31 @@ CHECKER = os.path.join(ROOT, "roles", "model_server", "files", "check_weights.py
 ms_filters = load_source("model_server_filters", os.path.join(ROOT, "filter_plugins", "model_server.py"))
 
 
-def _checker(wdir, man, marker, pin, repo="org/tiny", revision="a" * 40):
-    """Run the installed form of the check: the script and the shared code it imports, laid
-    out by the filter the role installs them with (model_server_helper_files)."""
+UNIT_TEMPLATE = os.path.join(ROOT, "roles", "model_server", "templates", "model-server.service.j2")
+
+
+def _unit_recheck_argv(spec, python, libexec):
+    """The argv of the unit's weights re-check as the role renders it: the template's
+    ExecStartPre line that runs check_weights.py, rendered with its filter from serving_spec (an
+    undefined key chains to undefined, as in Ansible), split the way systemd reads it."""
+    import re
+
+    import jinja2
+    with open(UNIT_TEMPLATE) as handle:
+        text = handle.read()
+    expression = re.search(r"^ExecStartPre=(\{\{(?:(?!\}\}).)*check_weights\.py.*?\}\})$", text, re.S | re.M)
+    env = jinja2.Environment(undefined=jinja2.ChainableUndefined)
+    env.filters["model_server_systemd_join"] = ms_filters.systemd_join
+    line = env.from_string(expression.group(1)).render(
+        serving_spec=spec, model_server_python=python, model_server_libexec_dir=libexec)
+    return ms_filters.command_tokens(line)
+
+
+def _checker(wdir, man, marker, pin, repo="org/tiny", revision="a" * 40, user=None):
+    """Run the installed form of the check as the unit runs it: the script and the shared code it
+    imports, laid out by the filter the role installs them with (model_server_helper_files), with
+    the argv of the unit's ExecStartPre rendered for a serving_spec naming these weights and the
+    engine's user (serving_spec.container.user; None: the image's, root)."""
     import pathlib
     import shutil
     import subprocess
@@ -346,9 +368,11 @@ def _checker(wdir, man, marker, pin, repo="org/tiny", revision="a" * 40):
             shutil.copy(item["src"], dest)
         else:
             dest.write_text(item["content"])
-    return subprocess.run([sys.executable, str(libexec / "check_weights.py"), "--dir", str(wdir),
-                           "--manifest", str(man), "--marker", str(marker), "--sha256", pin,
-                           "--repo", repo, "--revision", revision], capture_output=True, text=True)
+    spec = {"weights": {"dir": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pin,
+                        "repo": repo, "revision": revision},
+            "container": {"user": user}}
+    argv = _unit_recheck_argv(spec, sys.executable, str(libexec))
+    return subprocess.run(argv, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("change,needle", [
@@ -411,6 +435,140 @@ def test_touched_file_that_still_verifies_gets_a_fresh_marker(tmp_path, capsys):
     res = _result(capsys)
     assert res["verified"] and res["marker_written"]
     assert _checker(wdir, man, marker, _pin(man)).returncode == 0
+
+
+# --- the engine can read what it serves (no capability: the mode bits alone) --------------
+
+@pytest.mark.parametrize("user,expected", [
+    (None, (0, 0)), ("", (0, 0)), ("65534:65534", (65534, 65534)), ("1000", (1000, None)), ("0:0", (0, 0)),
+])
+def test_engine_identity(user, expected):
+    assert common.engine_identity(user) == expected
+
+
+@pytest.mark.parametrize("user", ["nobody", "1000:", ":1000", "-1", "1000:abc", "1:2:3", "4294967295", "1e3"])
+def test_engine_identity_refuses(user):
+    with pytest.raises(ValueError, match="serving_spec.container.user"):
+        common.engine_identity(user)
+
+
+@pytest.mark.parametrize("mode,owner,group,uid,gid,want,lacks", [
+    (0o644, 0, 0, 65534, 65534, common.READ, False),             # others read
+    (0o640, 1000, 1000, 65534, 65534, common.READ, True),        # neither owner nor group
+    (0o640, 1000, 65534, 65534, 65534, common.READ, False),      # the group reads
+    (0o640, 1000, 0, 65534, None, common.READ, True),            # gid unknown: no group bits
+    (0o640, 1000, 1000, 0, 0, common.READ, True),                # root without CAP_DAC_OVERRIDE
+    (0o044, 0, 0, 0, 0, common.READ, True),                      # the owner's bits alone decide
+    (0o604, 1000, 65534, 65534, 65534, common.READ, True),       # the group's bits alone decide
+    (0o755, 0, 0, 65534, 65534, common.READ | common.SEARCH, False),
+    (0o754, 0, 0, 65534, 65534, common.READ | common.SEARCH, True),   # listed, not entered
+    (0o751, 0, 0, 65534, 65534, common.READ | common.SEARCH, True),   # entered, not listed
+])
+def test_lacks_access(mode, owner, group, uid, gid, want, lacks):
+    """One class of mode bits decides, as the kernel's generic_permission does for a process
+    without capabilities: the owner's, else the group's, else the others'."""
+    assert common.lacks_access(mode, owner, group, uid, gid, want) is lacks
+
+
+def test_access_paths_name_every_directory_on_the_way_once():
+    assert common.access_paths(["a", "sub/b", "sub/deep/c", "sub/d"]) == [
+        ("", True), ("a", False), ("sub", True), ("sub/b", False), ("sub/deep", True), ("sub/deep/c", False),
+        ("sub/d", False)]
+
+
+def _verified(tmp_path, capsys):
+    """A directory weights_verify verified, its manifest, marker and pin."""
+    wdir, man, marker = _make_dir(tmp_path)
+    pin = _pin(man)
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pin,
+                  "repo": "org/tiny", "revision": "a" * 40})
+    assert _result(capsys)["verified"]
+    return wdir, man, marker, pin
+
+
+def _recheck(wdir, man, marker, pin, uid, gid):
+    return common.recheck_findings(str(wdir), man.read_bytes(), marker.read_text(), pin, "org/tiny", "a" * 40,
+                                   uid, gid)
+
+
+@pytest.mark.parametrize("case,path,mode,owner,uid,gid,needle", [
+    ("file of another user, 0640", "model-00001.safetensors", 0o640, (1000, 1000), 65534, 65534,
+     "model-00001.safetensors is not readable by uid 65534 gid 65534 (mode 0640, owner 1000:1000)"),
+    ("root reads only through the bits", "model-00002.safetensors", 0o640, (1000, 1000), 0, 0,
+     "model-00002.safetensors is not readable by uid 0 gid 0 (mode 0640, owner 1000:1000)"),
+    ("root's own file without its read bit", "model-00003.safetensors", 0o044, (0, 0), 0, 0,
+     "model-00003.safetensors is not readable by uid 0 gid 0 (mode 0044, owner 0:0)"),
+    ("gid not known (docker takes it from the image's passwd)", "model-00001.safetensors", 0o640, (1000, 0),
+     65534, None, "model-00001.safetensors is not readable by uid 65534 (mode 0640, owner 1000:0)"),
+    ("subdirectory not searchable", "sub", 0o754, (0, 0), 65534, 65534,
+     "directory sub is not readable and searchable by uid 65534 gid 65534 (mode 0754, owner 0:0)"),
+    ("subdirectory not listable", "sub", 0o711, (0, 0), 65534, 65534,
+     "directory sub is not readable and searchable by uid 65534 gid 65534 (mode 0711, owner 0:0)"),
+    ("the revision directory itself", "", 0o750, (1000, 1000), 65534, 65534,
+     "directory . is not readable and searchable by uid 65534 gid 65534 (mode 0750, owner 1000:1000)"),
+    ("readable through the group", "model-00001.safetensors", 0o640, (1000, 65534), 65534, 65534, None),
+    ("root owns it, 0600, the engine is root", "model-00001.safetensors", 0o600, (0, 0), 0, 0, None),
+    ("as weights_sync leaves it", "model-00001.safetensors", 0o644, (0, 0), 65534, 65534, None),
+])
+def test_recheck_refuses_what_the_engine_cannot_read(tmp_path, capsys, case, path, mode, owner, uid, gid, needle):
+    """On a real directory with real owners and modes (the tests run as root, so chown works):
+    the re-check refuses any manifest file, or directory on its way, the engine's uid/gid could
+    not read through the mode bits, naming the path, its mode and owner; a copy it can read
+    passes. The verification itself is untouched (modes are not what was verified)."""
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    wdir, man, marker, pin = _verified(tmp_path, capsys)
+    target = wdir / path if path else wdir
+    os.chown(target, *owner)
+    target.chmod(mode)
+    changed, unreadable = _recheck(wdir, man, marker, pin, uid, gid)
+    assert changed == []
+    if needle is None:
+        assert unreadable == []
+    else:
+        assert len(unreadable) == 1 and needle in unreadable[0], unreadable
+        assert common.recheck(str(wdir), man.read_bytes(), marker.read_text(), pin, "org/tiny", "a" * 40,
+                              uid, gid) == unreadable
+
+
+def test_the_installed_check_refuses_weights_the_engines_user_cannot_read(tmp_path, capsys):
+    """The check as the unit runs it (the argv of its ExecStartPre, --user from
+    serving_spec.container.user): a verified copy with a shard 0640 of another user is refused for
+    the lab's 65534:65534 and for root, naming the file and the fix; made 0644 it starts."""
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    wdir, man, marker, pin = _verified(tmp_path, capsys)
+    shard = wdir / "model-00002.safetensors"
+    os.chown(shard, 1000, 1000)
+    shard.chmod(0o640)
+    for user, who in (("65534:65534", "uid 65534 gid 65534"), (None, "uid 0 gid 0")):
+        proc = _checker(wdir, man, marker, pin, user=user)
+        assert proc.returncode == 1, proc.stdout
+        assert ("refusing to start: the engine cannot read the weights in %s: model-00002.safetensors is not "
+                "readable by %s (mode 0640, owner 1000:1000)" % (wdir, who)) in proc.stderr, proc.stderr
+        assert "re-run playbooks/weights.yml" in proc.stderr and "chmod -R o+rX %s" % wdir in proc.stderr
+        assert "is not what was verified" not in proc.stderr
+    shard.chmod(0o644)
+    proc = _checker(wdir, man, marker, pin, user="65534:65534")
+    assert proc.returncode == 0 and "readable by uid 65534" in proc.stdout, proc.stderr
+
+
+def test_the_unit_runs_the_check_as_the_engines_user():
+    """The unit's ExecStartPre passes serving_spec.container.user as --user, exactly as docker run
+    gets it, and nothing for the image's user (null: root)."""
+    spec = {"weights": {"dir": "/w/r", "manifest": "/w/r.m", "marker": "/w/r.v", "manifest_sha256": "0" * 64,
+                        "repo": "o/r", "revision": "a" * 40}, "container": {"user": "65534:65534"}}
+    argv = _unit_recheck_argv(spec, "/usr/bin/python3", "/usr/local/libexec/mm3")
+    assert argv[argv.index("--user") + 1] == "65534:65534"
+    assert ms_filters.hardening_args(spec["container"])[-2:] == ["--user", "65534:65534"]
+    assert "--user" not in _unit_recheck_argv(dict(spec, container={"user": None}), "/p", "/l")
+    assert "--user" not in _unit_recheck_argv({"weights": spec["weights"]}, "/p", "/l")
+
+
+def test_the_check_refuses_a_user_it_cannot_read(tmp_path, capsys):
+    wdir, man, marker, pin = _verified(tmp_path, capsys)
+    proc = _checker(wdir, man, marker, pin, user="nobody")
+    assert proc.returncode == 1 and "not a numeric uid[:gid]" in proc.stderr
 
 
 # --- weights_manifest ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from ansible_collections.mm3.shared.plugins.module_utils.validation import is_sha256
+from ansible_collections.mm3.shared.plugins.module_utils.validation import is_sha256, whole_number
 DEFAULT_BUFFER = 16 * 1024 * 1024
 
 # Paths inside a weights directory that belong to tools, never to the model:
@@ -248,13 +248,107 @@ def file_stats(root, relpaths):
     return stats
 
 
-def recheck(root, manifest_bytes, marker_text, pinned, repo=None, revision=None):
-    """The cheap check before every engine start (no hashing): a list of problems, empty when
-    the directory is still exactly what was verified.
+# The engine reads the weights as an ordinary process: its container runs with --cap-drop ALL,
+# so even as root it has no CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH, and the kernel grants access
+# through exactly one class of the mode bits: the owner's when the uid owns the inode, else the
+# group's when the gid is the inode's group, else the others' (path_resolution(7); the kernel's
+# generic_permission). A directory must be readable (the engine lists it: *.safetensors) and
+# searchable (x) to reach what is inside it.
+READ = 4
+SEARCH = 1
+# A uid or gid as Linux takes it (uid_t; (uid_t)-1 means "no change" and is never an identity).
+MAX_ID = 2 ** 32 - 2
 
-    The manifest must hash to the pinned value and to what the marker is bound to; the marker
-    must name repo and revision; every manifest file must have the size and mtime recorded at
-    verification; no file outside the manifest may be in the directory.
+
+def engine_identity(user):
+    """(uid, gid or None) the engine's container runs as, from serving_spec.container.user in
+    the form `docker run --user` takes ("uid" or "uid:gid"); None or "" = root (0, 0), the user
+    of the engine images. With a uid alone docker takes the gid from the image's passwd, which
+    is not known here: gid None, so no group bits are counted for it. Raises ValueError."""
+    if user is None or user == "":
+        return 0, 0
+    uid_text, colon, gid_text = str(user).partition(":")
+    uid = whole_number(uid_text, 0, MAX_ID)
+    gid = whole_number(gid_text, 0, MAX_ID) if colon else None
+    if uid is None or (colon and gid is None):
+        raise ValueError("the engine's user %r is not a numeric uid[:gid] (serving_spec.container.user)" % (user,))
+    return uid, gid
+
+
+def lacks_access(mode, owner, group, uid, gid, want):
+    """True when a process of uid/gid without capabilities (and without supplementary groups,
+    which are not known here) lacks any of the `want` bits (READ, SEARCH) on an inode of this
+    mode, owner and group: one class of bits decides, as in the kernel."""
+    if uid == owner:
+        bits = (mode >> 6) & 7
+    elif gid is not None and gid == group:
+        bits = (mode >> 3) & 7
+    else:
+        bits = mode & 7
+    return bits & want != want
+
+
+def access_paths(relpaths):
+    """[(relpath, is_directory)] the engine must reach to read relpaths: '' (the directory
+    itself), every directory on the way to each file, then the file; each once, in order."""
+    paths, seen = [], set()
+    for rel in relpaths:
+        parts = rel.split("/")
+        for depth in range(len(parts)):
+            sub = "/".join(parts[:depth])
+            if sub not in seen:
+                seen.add(sub)
+                paths.append((sub, True))
+        paths.append((rel, False))
+    return paths
+
+
+def access_problem(rel, is_directory, mode, owner, group, uid, gid):
+    """Why the engine, as uid/gid, cannot use one path of access_paths (a directory must be
+    readable and searchable, a file readable), naming its mode and owner; None when it can."""
+    want = READ | SEARCH if is_directory else READ
+    if not lacks_access(mode, owner, group, uid, gid, want):
+        return None
+    who = "uid %d" % uid if gid is None else "uid %d gid %d" % (uid, gid)
+    what = ("directory %s is not readable and searchable" % (rel or ".") if is_directory
+            else "%s is not readable" % rel)
+    return "%s by %s (mode %04o, owner %d:%d)" % (what, who, mode & 0o7777, owner, group)
+
+
+def access_problems(root, relpaths, uid, gid):
+    """What the engine, as uid/gid, could not read of the weights under root (access_paths, each
+    stat'ed; access_problem). The directories above root are not the engine's to traverse: Docker
+    resolves the bind mount as root. A path that is missing is left to the caller (recheck names
+    it)."""
+    problems = []
+    for rel, is_directory in access_paths(relpaths):
+        try:
+            st = os.stat(os.path.join(root, rel) if rel else root)
+        except OSError:
+            continue
+        problem = access_problem(rel, is_directory, st.st_mode, st.st_uid, st.st_gid, uid, gid)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def recheck(root, manifest_bytes, marker_text, pinned, repo=None, revision=None, uid=0, gid=0):
+    """The cheap check before every engine start (no hashing): a list of problems, empty when
+    the directory is still exactly what was verified and the engine can read it (recheck_findings,
+    both lists in one)."""
+    changed, unreadable = recheck_findings(root, manifest_bytes, marker_text, pinned, repo, revision, uid, gid)
+    return changed + unreadable
+
+
+def recheck_findings(root, manifest_bytes, marker_text, pinned, repo=None, revision=None, uid=0, gid=0):
+    """(changed, unreadable): what differs from what was verified, and what the engine could not
+    read, each a list of problems (the unit's check words the two refusals differently).
+
+    changed: the manifest must hash to the pinned value and to what the marker is bound to; the
+    marker must name repo and revision; every manifest file must have the size and mtime
+    recorded at verification; no file outside the manifest may be in the directory.
+    unreadable: the engine, as uid/gid (engine_identity; root by default), must be able to read
+    every manifest file and every directory on its way (access_problems).
     """
     problems = []
     manifest_sha256 = sha256_text(manifest_bytes)
@@ -265,7 +359,7 @@ def recheck(root, manifest_bytes, marker_text, pinned, repo=None, revision=None)
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
-        return problems + ["no readable verified marker"]
+        return problems + ["no readable verified marker"], []
     if doc.get("manifest_sha256") != manifest_sha256:
         problems.append("the marker is bound to manifest %s, the manifest on disk hashes to %s"
                         % (doc.get("manifest_sha256"), manifest_sha256))
@@ -275,10 +369,11 @@ def recheck(root, manifest_bytes, marker_text, pinned, repo=None, revision=None)
     try:
         entries = parse_manifest(manifest_bytes.decode("utf-8"))
     except (ManifestError, UnicodeDecodeError) as exc:
-        return problems + ["the manifest is not usable: %s" % exc]
+        return problems + ["the manifest is not usable: %s" % exc], []
+    unreadable = access_problems(root, [path for path, _ in entries], uid, gid)
     stats = doc.get("stats")
     if not isinstance(stats, dict) or not stats:
-        return problems + ["the marker records no file sizes and mtimes (written by an older version)"]
+        return problems + ["the marker records no file sizes and mtimes (written by an older version)"], unreadable
     changed = []
     for path, _digest in entries:
         try:
@@ -295,4 +390,4 @@ def recheck(root, manifest_bytes, marker_text, pinned, repo=None, revision=None)
     extra = sorted(list_files(root) - {path for path, _ in entries})
     if extra:
         problems.append("files the manifest does not name: %s" % ", ".join(extra[:10]))
-    return problems
+    return problems, unreadable
