@@ -218,7 +218,9 @@ K8S_GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "cpu": Non
 # What the pre-fill Job runs (sh, every value from its environment, never spliced into the text):
 # pull the manifest, refuse it unless it hashes to the pin (nothing moved yet), pull the revision
 # beside it, check every file against it and that no other file is there, and only then write
-# the marker the engine pod's init container checks. The same order as roles/weights_sync.
+# the marker the engine pod's init container checks. The same order as roles/weights_sync, and
+# the same owner and modes (root, 0755/0644, also set on a volume verified before): the engine
+# (no capability) reads the weights through the mode bits alone.
 K8S_PREFILL_SCRIPT = r"""set -eu
 w=${MM3_WEIGHTS_DIR:-/weights}
 rev=$MM3_REVISION
@@ -228,7 +230,9 @@ marker=$w/$rev.verified
 url=rsync://$MM3_RSYNC_USER@$MM3_RSYNC_SERVER:$MM3_RSYNC_PORT/weights/$MM3_REPO
 pw=${MM3_PASSWORD_FILE:-/etc/weights_sync/rsync.password}
 if [ -f "$marker" ] && [ "$(cat "$marker")" = "$MM3_MANIFEST_SHA256" ] && [ -f "$man" ] \
-   && [ "$(sha256sum "$man" | cut -d' ' -f1)" = "$MM3_MANIFEST_SHA256" ]; then
+   && [ "$(sha256sum "$man" | cut -d' ' -f1)" = "$MM3_MANIFEST_SHA256" ] && [ -d "$dir" ]; then
+  chown -R 0:0 "$dir"
+  chmod -R u=rwX,go=rX "$dir"
   echo "prefill: $MM3_REPO@$rev is already verified in this volume"
   exit 0
 fi
@@ -245,8 +249,8 @@ on staging with serving_weights_manifest_sha256" >&2
 fi
 mv "$w/.incoming.manifest" "$man"
 mkdir -p "$dir"
-rsync --archive --delete-delay --partial-dir=.rsync-partial --delay-updates --timeout=600 \
-  --bwlimit="${MM3_BWLIMIT:-0}" --password-file="$pw" "$url/$rev/" "$dir/"
+rsync --archive --chown=0:0 --chmod=D0755,F0644 --delete-delay --partial-dir=.rsync-partial \
+  --delay-updates --timeout=600 --bwlimit="${MM3_BWLIMIT:-0}" --password-file="$pw" "$url/$rev/" "$dir/"
 cd "$dir"
 if ! sha256sum --check --quiet "$man"; then
   echo "prefill: $MM3_REPO@$rev does not match its pinned manifest (the lines above): \

@@ -114,3 +114,32 @@ def test_a_file_the_manifest_does_not_list_is_never_marked_verified(staging):
 def test_a_stale_marker_of_another_pin_does_not_start_the_pod(staging):
     assert prefill(staging).returncode == 0
     assert pod_starts(staging, pin="f" * 64).returncode == 1
+
+
+def test_the_volume_is_root_owned_and_readable_by_any_engine_user(staging):
+    """Whatever staging's owner and modes (a shard 0640 of another user, a directory 0750), the
+    pre-fill leaves directories 0755 and files 0644, owned by root, before it writes the marker:
+    the engine (no capability, as root or serving_spec.container.user) reads them through the
+    mode bits alone. A retried Job on a volume verified before sets them again, moving nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    rev_dir = staging["root"] / REPO / REVISION
+    os.chown(rev_dir / "model-00001-of-00002.safetensors", 1000, 1000)
+    (rev_dir / "model-00001-of-00002.safetensors").chmod(0o640)
+    os.chown(rev_dir / "tokenizer", 1000, 1000)
+    (rev_dir / "tokenizer").chmod(0o750)
+    volume_dir = staging["volume"] / REVISION
+
+    def owners_and_modes():
+        return {str(p.relative_to(volume_dir)): (oct(p.stat().st_mode & 0o7777), p.stat().st_uid, p.stat().st_gid)
+                for p in [volume_dir] + sorted(volume_dir.rglob("*"))}
+
+    assert prefill(staging).returncode == 0
+    expected = {".": ("0o755", 0, 0), "tokenizer": ("0o755", 0, 0)}
+    expected.update({name: ("0o644", 0, 0) for name in FILES})
+    assert owners_and_modes() == expected
+    os.chown(volume_dir / "model-00001-of-00002.safetensors", 1000, 1000)
+    (volume_dir / "model-00001-of-00002.safetensors").chmod(0o600)
+    again = prefill(staging)
+    assert again.returncode == 0 and "already verified" in again.stdout
+    assert owners_and_modes() == expected
