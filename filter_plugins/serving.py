@@ -16,10 +16,12 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import combine
+from ansible_collections.mm3.shared.plugins.module_utils import engine_args as ea
 from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
 KNOWN_CAPABILITIES = ("text", "reasoning", "tools", "image", "video")
-# Flags that carry the tensor-parallel size, per engine.
+# Flags that carry the tensor-parallel size (each engine's dest for them, through its recorded
+# argument list, is what engine_flag_problems compares with the profile's tp).
 TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size", "-tp")
 # Inside the container the model always sits under /models/<repo basename>, read-only.
 CONTAINER_MODELS_ROOT = "/models"
@@ -68,14 +70,6 @@ def apply_presets(args, presets, names):
 def flatten_args(args):
     """[[--tp, '8'], [--flag]] -> ['--tp', '8', '--flag'] (all strings)."""
     return [str(token) for arg in args for token in arg]
-
-
-def tp_from_args(args):
-    """The tensor-parallel size an args list sets, or None."""
-    for arg in args:
-        if arg and arg[0] in TP_FLAGS and len(arg) > 1:
-            return str(arg[1])
-    return None
 
 
 def image_ref(image):
@@ -263,41 +257,130 @@ def args_problem(args, where):
     return None
 
 
-def flag_range_problems(args, ranges, engine):
-    """Numeric flags outside their range (serving_flag_ranges): one blocker each."""
-    problems = []
+def range_problem(rule, engine, flag, value):
+    """Why `value` of a numeric flag is outside its range (serving_flag_ranges), or None."""
+    text = str(value).strip()
+    try:
+        number = int(text) if rule.get("type") == "int" else float(text)
+    except ValueError:
+        number = None
+    allowed = [str(a) for a in rule.get("allow", [])]
+    if number is not None and (text in allowed or (
+            ("gt" not in rule or number > rule["gt"]) and ("ge" not in rule or number >= rule["ge"])
+            and ("lt" not in rule or number < rule["lt"]) and ("le" not in rule or number <= rule["le"]))):
+        return None
+    bounds = ", ".join("%s %s" % (op, rule[key]) for key, op in
+                       (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")) if key in rule)
+    return ("%s %s is %s: it must be %s%s%s; fix it in serving_profile_overrides or serving_tuning."
+            % (engine, flag, value, "an integer" if rule.get("type") == "int" else "a number",
+               " " + bounds if bounds else "", " (or %s)" % ", ".join(allowed) if allowed else ""))
+
+
+# Where a flag of the resolved list came from: the project's own tokens (the engine's command, the
+# verified model path, the served name, the metrics switch, host and port).
+PROJECT_ORIGIN = "the project's own command"
+
+
+def arg_origins(engine, profile, args, site_args, presets, tuning):
+    """The variable each resolved [flag, value] comes from: the site's override list when it gave
+    one, else the matrix entry; a flag a tuning preset appended, that preset."""
+    listed = {a[0] for a in site_args[1] or []}
+    where = site_args[0] or "serving_matrix.%s.engines.%s.args" % (profile, engine)
+    origins = []
     for arg in args:
-        rule = (ranges or {}).get(arg[0])
-        if not rule or len(arg) < 2:
+        origin = where
+        if arg[0] not in listed:
+            origin = next(("serving_tuning preset %s (serving_tuning_presets)" % name for name in tuning or []
+                           if arg[0] in (presets.get(name) or {})), PROJECT_ORIGIN)
+        origins.append(origin)
+    return origins
+
+
+def engine_flag_problems(ctx, record, command, args_at, args, origins, base_args):
+    """The resolved command read the way the engine's argparse reads it (engine_args over the
+    engine's recorded argument list, serving_engines.<engine>.argparse): one blocker per unknown
+    option, abbreviation, ambiguous prefix, repeated option (any form), missing or stray value;
+    per flag the site may not set (what the project sets itself, and argparse.protected: the API
+    key and the config file, in any form); per reviewed flag an override dropped; per number out of
+    serving_flag_ranges; a TP value that disagrees with the profile's; request logging switched on.
+    `ctx`: engine, profile, tp, facts (serving_engines.<engine>), ranges, capabilities, allow_logging.
+    """
+    engine, profile, facts = ctx["engine"], ctx["profile"], ctx["facts"]
+    settings = facts.get("argparse") or {}
+    if not record:
+        return ["engine '%s' has no recorded argument list: record it (tools/engine_args/record_image.sh) "
+                "and name the file in serving_engines.%s.argparse.file." % (engine, engine)]
+    tab = ea.table(record)
+    accepted = settings.get("abbreviations") or []
+    skip = len(record.get("command") or [])
+    flat = flatten_args(args)
+    token_origins = []
+    for index in range(skip, len(command)):
+        inside = args_at <= index < args_at + len(flat)
+        token_origins.append(origins[_arg_index(args, index - args_at)] if inside else PROJECT_ORIGIN)
+    occurrences, problems = ea.canonicalize(command[skip:], tab, token_origins, accepted)
+
+    def dest(flag):
+        return ea.dest_of(flag, tab, accepted)
+
+    owned = {o["dest"] for o in occurrences if o["origin"] == PROJECT_ORIGIN and o["option"]}
+    owned |= {dest(flag) for flag in settings.get("protected") or []} - {None}
+    blockers = []
+    for problem in problems:
+        if problem["kind"] == "duplicate" and problem["origin"] != PROJECT_ORIGIN and any(
+                o["token"] == problem["token"] and o["dest"] in owned for o in occurrences):
+            continue  # the flag is refused below as the project's own
+        fix = (" (record the argument list of the engine image you run with tools/engine_args/record_image.sh "
+               "and name it in serving_engines.%s.argparse.file)" % engine) if problem["origin"] == PROJECT_ORIGIN \
+            else ""
+        blockers.append("%s flags in %s: %s%s." % (engine, problem["origin"], problem["message"], fix))
+    for occ in occurrences:
+        if occ["option"] and occ["origin"] != PROJECT_ORIGIN and occ["dest"] in owned:
+            blockers.append("%s sets %s, which the project sets itself: remove it%s." % (
+                occ["origin"], occ["flag"] if occ["flag"] == occ["option"] else "%s (%s)" % (occ["flag"], occ["option"]),
+                " and set serving_api_key (vaulted): the engine reads the key from its config file, never "
+                "from argv, the unit or the plan" if occ["dest"] == dest("--api-key") else
+                " (the model is the verified weights, host and port come from serving_bind_address and "
+                "serving_port)"))
+    required = list((facts.get("required_flags") or {}).get("always", []))
+    for cap in ctx["capabilities"] or []:
+        required += (facts.get("required_flags") or {}).get(cap, [])
+    present = {o["dest"] for o in occurrences if o["option"]}
+    for arg in base_args:
+        if arg[0] in required and dest(arg[0]) not in present:
+            blockers.append("%s flag %s of profile '%s' is missing from the resolved flags (an override "
+                            "replaced the list): an override may change it, never drop it; add it back "
+                            "to serving_profile_overrides.engines.%s.args." % (engine, arg[0], profile, engine))
+    ranges = {dest(flag): rule for flag, rule in (ctx["ranges"] or {}).items()}
+    tp_dests = {dest(flag) for flag in TP_FLAGS} - {None}
+    logging = {dest(flag) for flag in facts.get("request_logging_flags") or []} - {None}
+    logged = []
+    for occ in occurrences:
+        if not occ["option"] or not occ["values"] and occ["dest"] not in logging:
             continue
-        value = str(arg[1]).strip()
-        try:
-            number = int(value) if rule.get("type") == "int" else float(value)
-        except ValueError:
-            number = None
-        allowed = [str(a) for a in rule.get("allow", [])]
-        ok = number is not None and (
-            value in allowed or (
-                ("gt" not in rule or number > rule["gt"]) and ("ge" not in rule or number >= rule["ge"])
-                and ("lt" not in rule or number < rule["lt"]) and ("le" not in rule or number <= rule["le"])))
-        if not ok:
-            bounds = ", ".join("%s %s" % (op, rule[key]) for key, op in
-                               (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")) if key in rule)
-            problems.append("%s %s is %s: it must be %s%s%s; fix it in serving_profile_overrides or "
-                            "serving_tuning." % (engine, arg[0], arg[1], "an integer" if rule.get("type")
-                                                 == "int" else "a number", " " + bounds if bounds else "",
-                                                 " (or %s)" % ", ".join(allowed) if allowed else ""))
-    return problems
+        if occ["dest"] in ranges and occ["values"]:
+            problem = range_problem(ranges[occ["dest"]], engine, occ["flag"], occ["values"][-1])
+            if problem:
+                blockers.append(problem)
+        if occ["dest"] in tp_dests and occ["values"] and _int_or_none(occ["values"][-1]) != ctx["tp"]:
+            blockers.append("profile '%s' has tp %s but its %s flags set %s: make them agree in "
+                            "serving_profile_overrides." % (profile, ctx["tp"], engine, occ["values"][-1]))
+        if occ["dest"] in logging and occ["value"] not in (False, None, "None", [], ""):
+            logged.append(occ["flag"])
+    if logged and not ctx["allow_logging"]:
+        blockers.append("%s flags include %s, which logs prompts or outputs: remove it from "
+                        "serving_profile_overrides, or set serving_allow_request_logging: true "
+                        "where your data policy permits it." % (engine, ", ".join(logged)))
+    return blockers
 
 
-def removed_flags(base_args, args, required, capabilities):
-    """Flags of the matrix entry that an override may change but never remove: the TP flag,
-    the backends (required.always) and the parsers the advertised capabilities need."""
-    protected = list(required.get("always", []))
-    for cap in capabilities or []:
-        protected += required.get(cap, [])
-    present = {arg[0] for arg in args}
-    return [arg[0] for arg in base_args if arg[0] in protected and arg[0] not in present]
+def _arg_index(args, offset):
+    """Which [flag, value] of `args` holds the token at `offset` in flatten_args(args)."""
+    for index, arg in enumerate(args):
+        if offset < len(arg):
+            return index
+        offset -= len(arg)
+    return len(args) - 1
 
 
 def arg_sources(base_args, args, presets, tuning, source):
@@ -343,7 +426,8 @@ INPUTS = ("profile", "engine", "allow_inferred", "bind_address", "port", "api_ke
           "image", "allow_unpinned_image", "weights_revision", "weights_manifest_sha256", "weights_root",
           "profile_overrides", "tuning", "capabilities", "gpu_count", "allow_request_logging", "gateway",
           "media_domains")
-TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources")
+TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources",
+          "engine_args")
 
 
 def serving_resolve(inputs, tables):
@@ -549,15 +633,10 @@ def serving_resolve(inputs, tables):
         for name in unknown:
             blockers.append("serving_tuning preset '%s' is unknown; valid presets: %s."
                             % (name, ", ".join(sorted(tuning_presets))))
-    for flag in removed_flags(base_args, args, eng_facts.get("required_flags") or {}, wanted):
-        blockers.append("%s flag %s of profile '%s' is missing from the resolved flags (an override "
-                        "replaced the list): an override may change it, never drop it; add it back "
-                        "to serving_profile_overrides.engines.%s.args." % (engine, flag, profile, engine))
-    blockers.extend(flag_range_problems(args, flag_ranges, engine))
-    args_tp = tp_from_args(args)
-    if args_tp is not None and args_tp != str(tp):
-        blockers.append("profile '%s' has tp %s but its %s flags set %s: make them agree in "
-                        "serving_profile_overrides." % (profile, tp, engine, args_tp))
+    site_args = (("serving_profile_overrides.engines.%s.args" % engine, eng.get("args"))
+                 if not problem and "args" in ((profile_overrides.get("engines") or {}).get(engine) or {})
+                 else (None, base_args))
+    origins = arg_origins(engine, profile, args, site_args, tuning_presets, tuning)
 
     # The engine's own media-domain switch, where it has one (vLLM --allowed-media-domains),
     # set to the gateway's allowlist: a second guard behind the gateway's. An empty list is not
@@ -566,13 +645,9 @@ def serving_resolve(inputs, tables):
     blockers.extend(domain_problems)
     media_flag = eng_facts.get("media_domains_flag")
     if domains and media_flag:
-        args = [a for a in args if a and a[0] != media_flag] + [[media_flag] + domains]
-
-    logged = [a[0] for a in args if a and a[0] in (eng_facts.get("request_logging_flags") or [])]
-    if logged and not allow_request_logging:
-        blockers.append("%s flags include %s, which logs prompts or outputs: remove it from "
-                        "serving_profile_overrides, or set serving_allow_request_logging: true "
-                        "where your data policy permits it." % (engine, ", ".join(logged)))
+        kept = [i for i, a in enumerate(args) if a and a[0] != media_flag]
+        args = [args[i] for i in kept] + [[media_flag] + domains]
+        origins = [origins[i] for i in kept] + [PROJECT_ORIGIN]
 
     container, container_blockers = container_settings(eng_facts, eng, engine)
     blockers.extend(container_blockers)
@@ -590,10 +665,16 @@ def serving_resolve(inputs, tables):
         # clients keep asking for the hub name although the model is loaded from a local path
         command += [eng_facts["served_model_name_arg"], str(repo)]
         served_model_name = str(repo)
+    args_at = len(command)
     command += flatten_args(args)
     # What makes the engine serve /metrics (monitoring), after the profile's own flags.
     command += [str(a) for a in eng_facts.get("metrics_args") or [] if a not in command]
     command += ["--host", "0.0.0.0", "--port", str(cport)]
+    # Every flag of that command as the engine's argparse reads it (engine_flag_problems).
+    blockers.extend(engine_flag_problems(
+        {"engine": engine, "profile": profile, "tp": tp, "facts": eng_facts, "ranges": flag_ranges,
+         "capabilities": wanted, "allow_logging": allow_request_logging},
+        (table("engine_args") or {}).get(engine), command, args_at, args, origins, base_args))
     msa = eng.get("msa_warmup", False)
     if not isinstance(msa, bool):
         blockers.append("msa_warmup is %r: set true or false." % (msa,))

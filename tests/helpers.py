@@ -174,6 +174,19 @@ def serving_args(tables=None, **inputs):
         facts = yaml.safe_load(handle)
     merged = {name: defaults["serving_" + name] for name in serving.INPUTS if "serving_" + name in defaults}
     merged.update(inputs)
-    table = {name: facts["serving_" + name] for name in serving.TABLES}
+    table = {name: facts["serving_" + name] for name in serving.TABLES if name != "engine_args"}
+    table["engine_args"] = engine_arg_lists(facts["serving_engines"])
     table.update(tables or {})
     return merged, table
+
+
+def engine_arg_lists(engines):
+    """{engine: its recorded argument list} as roles/serving/tasks/main.yml loads it
+    (roles/serving/files/engine_args/<serving_engines.<engine>.argparse.file>)."""
+    import json
+
+    lists = {}
+    for engine, facts in engines.items():
+        with open(os.path.join(ROOT, "roles", "serving", "files", "engine_args", facts["argparse"]["file"])) as handle:
+            lists[engine] = json.load(handle)
+    return lists

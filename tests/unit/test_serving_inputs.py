@@ -2,6 +2,7 @@
 serving_resolve (filter_plugins/serving.py) with a message naming the fix: one case per input
 (issue 11), against the real matrix. Each case also fails when its check is removed: the
 accepted twin of each refused value resolves without blockers."""
+import json
 import pathlib
 import sys
 
@@ -13,7 +14,7 @@ sys.path.insert(0, str(ROOT / "filter_plugins"))
 
 import model_server as ms  # noqa: E402
 import serving  # noqa: E402
-from helpers import serving_args  # noqa: E402
+from helpers import engine_arg_lists, serving_args  # noqa: E402
 
 VARS = yaml.safe_load((ROOT / "roles" / "serving" / "vars" / "main.yml").read_text())
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -237,3 +238,134 @@ def test_unpinned_manifest_is_not_a_blocker_at_resolve_time():
     """The staging run is what produces the hash to review: resolving must not refuse it."""
     spec = resolve()
     assert spec["blockers"] == [] and spec["weights"]["manifest_sha256"] is None
+
+
+# --- Engine flags read the way the engine's argparse reads them (issue 34) ----------------------
+# Every bypass the review found, refused naming the variable and the fix, beside its accepted twin.
+
+B200_ARGS = [list(a) for a in VARS["serving_matrix"]["b200"]["engines"]["sglang"]["args"]]
+H200_ARGS = [list(a) for a in VARS["serving_matrix"]["h200"]["engines"]["vllm"]["args"]]
+SITE = "serving_profile_overrides.engines.%s.args"
+
+
+def sglang_site(*extra, base=None):
+    return dict(profile_overrides={"engines": {"sglang": {"args": (base or B200_ARGS) + [list(e) for e in extra]}}})
+
+
+def vllm_site(*extra, base=None):
+    return dict(H200_VLLM, profile_overrides={"engines": {"vllm": {"args": (base or H200_ARGS) + [list(e) for e in extra]}}})
+
+
+ENGINE_FLAG_REFUSED = [
+    ("TP appended after the matrix's", sglang_site(["--tp", "4"]),
+     [SITE % "sglang" + ": --tp sets --tp-size, which --tp already set (the engine keeps the last): give it once",
+      "profile 'b200' has tp 8 but its sglang flags set 4"]),
+    ("TP appended in the = form", sglang_site(["--tp=4"]),
+     ["--tp sets --tp-size, which --tp already set", "its sglang flags set 4"]),
+    ("TP under its long alias", sglang_site(["--tensor-parallel-size", "4"]),
+     ["--tensor-parallel-size sets --tp-size, which --tp already set"]),
+    ("vLLM TP by its short alias", vllm_site(["-tp", "4"]),
+     [SITE % "vllm" + ": -tp sets --tensor-parallel-size, which --tensor-parallel-size already set",
+      "profile 'h200' has tp 8 but its vllm flags set 4"]),
+    ("vLLM TP in the underscore form replacing the matrix's",
+     vllm_site(base=[["--tensor_parallel_size", "4"]] + H200_ARGS[1:]),
+     ["profile 'h200' has tp 8 but its vllm flags set 4: make them agree"]),
+    ("mem fraction 1.5 in the = form", sglang_site(base=[a for a in B200_ARGS if a[0] != "--mem-fraction-static"]
+                                                   + [["--mem-fraction-static=1.5"]]),
+     ["sglang --mem-fraction-static is 1.5: it must be a number > 0, < 1"]),
+    ("mem fraction 1.5 in the split form", sglang_site(base=[a for a in B200_ARGS if a[0] != "--mem-fraction-static"]
+                                                       + [["--mem-fraction-static", "1.5"]]),
+     ["sglang --mem-fraction-static is 1.5: it must be a number > 0, < 1"]),
+    ("an abbreviated mem fraction", sglang_site(base=[a for a in B200_ARGS if a[0] != "--mem-fraction-static"]
+                                                + [["--mem-fraction-stat", "0.5"]]),
+     [SITE % "sglang" + ": --mem-fraction-stat abbreviates --mem-fraction-static (the engine accepts a unique "
+      "prefix): write --mem-fraction-static"]),
+    ("an 8-character API key in argv", sglang_site(["--api-key", "shortkey"]),
+     [SITE % "sglang" + " sets --api-key, which the project sets itself: remove it and set serving_api_key"]),
+    ("an API key in the = form", vllm_site(["--api-key=shortkey"]),
+     [SITE % "vllm" + " sets --api-key, which the project sets itself"]),
+    ("the model path around the verified mount", sglang_site(["--model-path", "/etc"]),
+     [SITE % "sglang" + " sets --model-path, which the project sets itself: remove it"]),
+    ("SGLang's --model alias", sglang_site(["--model=/etc"]),
+     ["sets --model (--model-path), which the project sets itself"]),
+    ("vLLM's --model", vllm_site(["--model", "/etc"]),
+     [SITE % "vllm" + " sets --model, which the project sets itself",
+      "vLLM moves --model to the front as the positional model"]),
+    ("the served name", vllm_site(["--served-model-name", "other"]),
+     ["sets --served-model-name, which the project sets itself"]),
+    ("the port inside the container", sglang_site(["--port", "30001"]), ["sets --port, which the project sets itself"]),
+    ("a config file of the site's", sglang_site(["--config", "/tmp/x.yaml"]), ["sets --config, which the project sets"]),
+    ("request logging by a prefix (ambiguous in SGLang)", sglang_site(["--log-request"]),
+     [SITE % "sglang" + ": --log-request is ambiguous: the engine could read it as --log-requests"]),
+    ("request logging by a unique prefix (vLLM)", vllm_site(["--enable-log-req"]),
+     ["--enable-log-req abbreviates --enable-log-requests", "vllm flags include --enable-log-req, which logs prompts"]),
+    ("a flag the engine does not know", sglang_site(["--block-size", "128"]),
+     [SITE % "sglang" + ": --block-size is not an option of sglang 0.5.23 (its recorded argument list)"]),
+    ("a value outside the engine's choices", sglang_site(base=[a for a in B200_ARGS if a[0] != "--attention-backend"]
+                                                         + [["--attention-backend", "fa9"]]),
+     ["--attention-backend fa9 is not one of the engine's choices"]),
+    ("a value-less flag that needs one", sglang_site(["--watchdog-timeout"]),
+     ["--watchdog-timeout needs a value and has none"]),
+    ("vLLM's dotted form", vllm_site(["--max-model-len.x", "1"]), ["give --max-model-len its whole JSON value"]),
+    ("a tuning preset over a site's = form", dict(tuning=["oom_step1"], **sglang_site(
+        base=[a for a in B200_ARGS if a[0] != "--mem-fraction-static"] + [["--mem-fraction-static=0.5"]])),
+     ["--mem-fraction-static sets --mem-fraction-static, which --mem-fraction-static in "
+      + SITE % "sglang" + " already set"]),
+]
+
+
+@pytest.mark.parametrize("case,inputs,fragments", ENGINE_FLAG_REFUSED, ids=[c[0] for c in ENGINE_FLAG_REFUSED])
+def test_engine_flags_are_read_as_the_engine_reads_them(case, inputs, fragments):
+    text = blockers(**inputs)
+    for fragment in fragments:
+        assert fragment in text, (case, text)
+
+
+@pytest.mark.parametrize("case,inputs", [
+    ("the matrix's own list copied", sglang_site()),
+    ("TP changed in the = form, agreeing", dict(profile="b300", image={"digest": DIGEST}, **sglang_site(
+        base=[a for a in VARS["serving_matrix"]["b300"]["engines"]["sglang"]["args"] if a[0] != "--tp"]
+        + [["--tp-size=4"]]))),
+    ("mem fraction 0.5 in the = form", sglang_site(base=[a for a in B200_ARGS if a[0] != "--mem-fraction-static"]
+                                                   + [["--mem-fraction-static=0.5"]])),
+    ("another known flag", sglang_site(["--watchdog-timeout", "600"])),
+    ("vLLM TP in the underscore form, agreeing", vllm_site(base=[["--tensor_parallel_size", "8"]] + H200_ARGS[1:])),
+    ("vLLM TP by its short alias alone", vllm_site(base=[["-tp", "8"]] + H200_ARGS[1:])),
+    ("vLLM logging spelled whole and allowed", dict(allow_request_logging=True, **vllm_site(["--enable-log-requests"]))),
+    ("vLLM logging switched off explicitly", vllm_site(["--no-enable-log-requests"])),
+    ("SGLang logging spelled whole and allowed", dict(allow_request_logging=True, **sglang_site(["--log-requests"]))),
+    ("a key the right way", dict(api_key=GOOD_KEY, api_key_defined=True, bind_address="0.0.0.0")),
+])
+def test_their_engine_flag_twins_resolve(case, inputs):
+    assert blockers(**inputs) == "", case
+
+
+@pytest.mark.parametrize("profile,engine", [(p, e) for p, entry in VARS["serving_matrix"].items()
+                                            for e in entry["engines"]])
+def test_every_matrix_entry_passes_its_engines_parser(profile, engine):
+    """Each profile's flags, the project's own tokens around them and every preset, as the
+    engine reads them: nothing unknown, abbreviated (beyond the reviewed --tp), repeated or owned."""
+    kw = dict(image={"digest": DIGEST}, weights_revision="a" * 40, allow_inferred=True)
+    assert resolve(profile, engine=engine, **kw)["blockers"] == []
+    if engine == "sglang":
+        for name in VARS["serving_tuning_presets"]:
+            assert resolve(profile, engine=engine, tuning=[name], **kw)["blockers"] == [], name
+
+
+def test_a_matrix_flag_the_engine_does_not_know_is_refused():
+    matrix = json.loads(json.dumps(VARS["serving_matrix"]))
+    matrix["b200"]["engines"]["sglang"]["args"].append(["--block-size", "128"])
+    text = "\n".join(serving.serving_resolve(*serving_args(profile="b200", engine="sglang",
+                                                           tables={"matrix": matrix}))["blockers"])
+    assert "sglang flags in serving_matrix.b200.engines.sglang.args: --block-size is not an option" in text
+
+
+def test_the_projects_own_tokens_are_read_too():
+    """A recorded list without --trust-remote-code (an engine that dropped it) refuses the
+    project's command and says to record the image's list."""
+    lists = {engine: json.loads(json.dumps(record)) for engine, record in engine_arg_lists(VARS["serving_engines"]).items()}
+    lists["sglang"]["actions"] = [a for a in lists["sglang"]["actions"] if "--trust-remote-code" not in a["option_strings"]]
+    text = "\n".join(serving.serving_resolve(*serving_args(profile="b200", engine="sglang",
+                                                           tables={"engine_args": lists}))["blockers"])
+    assert "sglang flags in the project's own command: --trust-remote-code is not an option" in text
+    assert "tools/engine_args/record_image.sh" in text
