@@ -29,30 +29,11 @@ rec fabricmanager-unit systemctl cat nvidia-fabricmanager
 rec dcgmi-version dcgmi -v
 rec docker-images docker images --digests
 rec python-packages sh -c "python3 -m pip list 2>/dev/null | grep -i -E 'vllm|sglang|torch|flashinfer|transformers|triton'"
-# The engines' own argument lists, as their argparse holds them (every option string, nargs,
-# default, choices, and whether abbreviations are allowed).
+# The engines' own argument lists, as their argparse holds them, where an engine is installed on
+# the host itself (an engine image is recorded with tools/engine_args/record_image.sh): the same
+# dump the serving role's recorded lists come from.
+here=$(cd "$(dirname "$0")" && pwd)
 for engine in vllm sglang; do
-  python3 - "$engine" > "$out/argparse-$engine.json" 2>&1 <<'PY'
-import json, sys
-engine = sys.argv[1]
-try:
-    if engine == "vllm":
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-        from vllm.utils import FlexibleArgumentParser
-        parser = make_arg_parser(FlexibleArgumentParser())
-        import vllm; version = vllm.__version__
-    else:
-        from sglang.srt.server_args import ServerArgs
-        import argparse, sglang
-        parser = argparse.ArgumentParser(); ServerArgs.add_cli_args(parser); version = sglang.__version__
-except Exception as exc:  # not installed here
-    print(json.dumps({"engine": engine, "error": repr(exc)})); sys.exit(0)
-actions = [{"option_strings": a.option_strings, "dest": a.dest, "nargs": a.nargs,
-            "default": repr(a.default), "choices": [repr(c) for c in a.choices] if a.choices else None,
-            "action": type(a).__name__} for a in parser._actions]
-print(json.dumps({"engine": engine, "version": version, "allow_abbrev": parser.allow_abbrev,
-                  "actions": actions}, indent=1))
-PY
+  python3 - "$engine" < "$here/engine_args/dump_parser.py" > "$out/argparse-$engine.json" 2>&1
 done
 ls -la "$out"
