@@ -7,6 +7,7 @@ tests (tests/test_plan_golden.py) compare what playbooks/plan.yml renders with t
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import re
@@ -61,8 +62,9 @@ def server_invocation(spec):
 
 
 def jit_cache_args(spec, host_dir):
-    """-v HOST:CONTAINER (read-write) and the -e variables that point the kernels' JIT caches
-    into it; empty without a host directory or without spec.jit_cache (entries without MSA)."""
+    """-v HOST:CONTAINER (read-write) and the -e variables that point the engine's kernel caches
+    into it (spec.jit_cache, every profile: serving_engines.<engine>.jit_cache); empty without a
+    host directory (model_server passes the image's: <model_server_jit_cache_root>/<digest hex>)."""
     cache = spec.get("jit_cache") or {}
     if not host_dir or not cache.get("container_dir"):
         return []
@@ -77,6 +79,82 @@ def jit_cache_env(spec):
     directory, sorted (the unit's -e and the pod's env)."""
     env = (spec.get("jit_cache") or {}).get("env") or {}
     return [(key, str(env[key])) for key in sorted(env)]
+
+
+def flag_value(tokens, flag):
+    """What argparse ends with for `flag` in `tokens`: the last occurrence wins, `--flag value`
+    and `--flag=value` alike; True for an occurrence without a value; None when absent. On a
+    resolved serving_spec.command that is the engine's reading: serving_resolve has refused
+    abbreviations and repeated flags (engine_args, over the engine's recorded argument list)."""
+    found = None
+    for index, token in enumerate(tokens):
+        if token == flag:
+            following = tokens[index + 1] if index + 1 < len(tokens) else None
+            found = following if following is not None and not following.startswith("-") else True
+        elif token.startswith(flag + "="):
+            found = token[len(flag) + 1:]
+    return found
+
+
+def _slug(text):
+    """A file-name-safe lower-case form (GPU model names in marker files)."""
+    return re.sub(r"[^a-z0-9._]+", "-", str(text).lower()).strip("-") or "none"
+
+
+def precompile_steps(spec):
+    """The precompile steps (spec.jit_cache.precompile, serving_engines.<engine>.jit_cache) that
+    apply to this profile, sorted by name: those whose `when` flag has that value in the resolved
+    server command (flag_value: as argparse reads it). Each: {name, command: the step's command
+    followed by the server's arguments (the command's head `replaces` dropped), timeout_flag,
+    gpu, marker: the file in the image's cache that records it ran, named by step, GPU model and
+    a hash of the arguments (a new GPU model or argument list runs it again; a restart does not)}.
+    Refused (AnsibleFilterError) when the server command does not start with `replaces`."""
+    spec = spec or {}
+    command = [str(token) for token in spec.get("command") or []]
+    gpu = _slug((spec.get("gpu") or {}).get("model"))
+    steps = []
+    precompile = (spec.get("jit_cache") or {}).get("precompile") or {}
+    for name in sorted(precompile):
+        step = precompile[name] or {}
+        when = [str(token) for token in step.get("when") or []]
+        if when:
+            got = flag_value(command, when[0])
+            if got != (when[1] if len(when) > 1 else True):
+                continue
+        head = [str(token) for token in step.get("replaces") or []]
+        if command[:len(head)] != head:
+            raise AnsibleFilterError("precompile step %s replaces %r, but the server command starts with %r: fix "
+                                     "serving_engines.%s.jit_cache.precompile.%s.replaces."
+                                     % (name, head, command[:len(head)], spec.get("engine"), name))
+        arguments = command[len(head):]
+        key = hashlib.sha256(json.dumps([name, gpu, arguments]).encode()).hexdigest()[:12]
+        steps.append({"name": str(name), "command": [str(t) for t in step.get("command") or []] + arguments,
+                      "timeout_flag": step.get("timeout_flag"), "gpu": gpu,
+                      "marker": ".precompile-%s-%s-%s.json" % (_slug(name), gpu, key)})
+    return steps
+
+
+def precompile_argv(spec, step, timeout, name="minimax-m3", shm_size="32g", docker_bin="docker",
+                    jit_cache_dir=None):
+    """One-shot container for a precompile step (precompile_steps): the server's image, devices,
+    shared memory, least privilege, environment, read-only weights and kernel cache; no port, no
+    API key; its command, then `timeout_flag timeout` when the tool takes one. Refused without a
+    cache directory: what it compiles would be lost with the container."""
+    if not jit_cache_dir or not (spec.get("jit_cache") or {}).get("container_dir"):
+        raise AnsibleFilterError("precompile step %s needs the image's kernel cache directory (jit_cache_dir): "
+                                 "without it the kernels it compiles go with the container." % step.get("name"))
+    argv = [docker_bin, "run", "--rm", "--name", "%s-precompile-%s" % (name, _slug(step["name"]))]
+    argv += [str(a) for a in spec.get("device_args") or []]
+    argv += ["--shm-size", str(shm_size), "--ipc=host"]
+    argv += hardening_args(spec.get("container")) + _env_args(spec)
+    weights = spec["weights"]
+    argv += ["-v", "%s:%s:ro" % (weights["dir"], weights["container_dir"])]
+    argv += jit_cache_args(spec, jit_cache_dir)
+    command = list(step["command"])
+    if step.get("timeout_flag"):
+        command += [str(step["timeout_flag"]), str(int(timeout))]
+    argv += invocation(spec, command)
+    return checked(argv)
 
 
 def hardening_args(container):
@@ -501,6 +579,12 @@ def k8s_manifests(spec, settings):
              "env": [{"name": "MM3_REVISION", "value": revision}, {"name": "MM3_MANIFEST_SHA256", "value": pin}],
              "volumeMounts": [{"name": "weights", "mountPath": "/weights", "readOnly": True}],
              "securityContext": dict(security, capabilities={"drop": ["ALL"], "add": []})}]
+    # The kernel caches, every profile, the unit's variables: on an emptyDir, not the node's path.
+    # It lives as long as the pod, so a container restart in it (liveness, OOM, crash) finds its
+    # kernels; a new image is a new pod, so it is per image as the node's directory is; fsGroup
+    # makes it the non-root engine's; and Pod Security's baseline and restricted levels refuse
+    # hostPath. A new pod compiles again (the node's precompile steps do not run here: an empty
+    # cache per pod would gain nothing) - docs/operations/serve.md.
     if jit.get("container_dir"):
         env += [{"name": k, "value": v} for k, v in jit_cache_env(spec)]
         volumes.append({"name": "jit-cache", "emptyDir": {"sizeLimit": s["jit_cache_size"]}})
@@ -649,7 +733,8 @@ def command_tokens(text):
 
 
 class FilterModule(object):
-    """model_server_docker_argv, model_server_msa_gate_argv, model_server_invocation,
+    """model_server_docker_argv, model_server_msa_gate_argv, model_server_precompile_argv,
+    model_server_precompile_steps, model_server_invocation,
     model_server_shell_join, model_server_systemd_join, model_server_k8s_manifests,
     model_server_k8s_problems, model_server_k8s_yaml."""
 
@@ -659,6 +744,8 @@ class FilterModule(object):
             "model_server_helper_files": helper_files,
             "model_server_invocation": invocation,
             "model_server_msa_gate_argv": msa_gate_argv,
+            "model_server_precompile_argv": precompile_argv,
+            "model_server_precompile_steps": precompile_steps,
             "model_server_shell_join": shell_join,
             "model_server_systemd_join": systemd_join,
             "model_server_k8s_manifests": k8s_manifests,

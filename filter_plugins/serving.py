@@ -686,7 +686,8 @@ def serving_resolve(inputs, tables):
         entrypoint=[str(t) for t in eng_facts.get("image_entrypoint") or []],
         served_model_name=served_model_name,
         command=command, msa_warmup=msa is True, container=container,
-        jit_cache=dict(eng_facts.get("jit_cache") or {}) if msa is True else {},
+        # the kernel caches, for every profile (model_server mounts them per image digest)
+        jit_cache=dict(eng_facts.get("jit_cache") or {}),
         source=(flag_sources or {}).get(source, source),
         arg_sources=arg_sources(base_args, args, tuning_presets, tuning, source),
     )

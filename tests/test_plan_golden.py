@@ -128,12 +128,16 @@ GPU_HARDENING = ["--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--
 LAB_HARDENING = ["--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--pids-limit", "1024",
                  "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,size=1g,mode=1777", "--user", "65534:65534"]
 # The seed's remedy for the MSA race, "the same image and cache" (issue 11): the JIT cache of the
-# pinned digest, mounted read-write, and the kernels' cache variables pointed into it.
+# pinned digest, mounted read-write, and the kernels' cache variables pointed into it; with
+# DeepGEMM's (SGLANG_DG_CACHE_DIR) and SGLang's cache root (SGLANG_CACHE_DIR), so that a restart
+# finds the kernels the last start compiled (issue 34).
 SEED_HEX = "de63ac56df5d7b064451e21147eaab89634a02332d830ca8c01cb8c033b3a78f"
 B200_JIT_CACHE = [
     "-v", "/var/cache/minimax-m3/jit/%s:/var/cache/minimax-m3-jit" % SEED_HEX,
     "-e", "FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit",
     "-e", "MINFER_FMHA_CACHE_DIR=/var/cache/minimax-m3-jit/minfer/fmha_sm100",
+    "-e", "SGLANG_CACHE_DIR=/var/cache/minimax-m3-jit/sglang",
+    "-e", "SGLANG_DG_CACHE_DIR=/var/cache/minimax-m3-jit/deep_gemm",
     "-e", "SGLANG_JIT_CACHE_DIR=/var/cache/minimax-m3-jit/sglang/jit",
     "-e", "TORCHINDUCTOR_CACHE_DIR=/var/cache/minimax-m3-jit/inductor",
     "-e", "TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton",
@@ -181,13 +185,15 @@ def test_every_gpu_engine_container_runs_with_least_privilege(plans, profile):
 @pytest.mark.parametrize("profile", SGLANG)
 def test_msa_entries_share_the_jit_cache_and_never_gate_in_the_unit(plans, profile):
     """The gate runs once per image from Ansible (model_server tasks/msa_gate.yml), never as an
-    ExecStartPre that systemd would loop on; MSA entries mount the image's JIT cache."""
+    ExecStartPre that systemd would loop on; every profile mounts the image's kernel cache (issue
+    34: restarts keep what a start compiled), and MSA entries share it with the gate."""
     unit = (plans["pinned"].dir / profile / UNIT).read_text()
     assert "msa-gate" not in unit.replace("msa_gate.yml", "")
     cmd = tokens((plans["pinned"].dir / profile / CMD).read_text())
     mounts = [cmd[i + 1] for i, token in enumerate(cmd) if token == "-v"]
     cached = [m for m in mounts if m.endswith(":/var/cache/minimax-m3-jit")]
-    assert len(cached) == (1 if profile in MSA else 0), mounts
+    assert len(cached) == 1, mounts
+    assert "# Kernel caches of this image, kept across restarts: " + cached[0].split(":")[0] in unit
     if profile in MSA:
         assert "SGLANG_JIT_CACHE_DIR=/var/cache/minimax-m3-jit/sglang/jit" in cmd
         assert "# JIT cache shared with it: " + cached[0].split(":")[0] in unit

@@ -11,6 +11,8 @@ docker run --rm --name minimax-m3 \
   -v /var/cache/minimax-m3/jit/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee:/var/cache/minimax-m3-jit \
   -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \
   -e MINFER_FMHA_CACHE_DIR=/var/cache/minimax-m3-jit/minfer/fmha_sm100 \
+  -e SGLANG_CACHE_DIR=/var/cache/minimax-m3-jit/sglang \
+  -e SGLANG_DG_CACHE_DIR=/var/cache/minimax-m3-jit/deep_gemm \
   -e SGLANG_JIT_CACHE_DIR=/var/cache/minimax-m3-jit/sglang/jit \
   -e TORCHINDUCTOR_CACHE_DIR=/var/cache/minimax-m3-jit/inductor \
   -e TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton \

@@ -12,6 +12,12 @@ docker run --rm --name minimax-m3 \
   -e HOME=/tmp \
   -e VLLM_CPU_KVCACHE_SPACE=1 \
   -v /data/models/mm3-lab/tiny-m3/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/tiny-m3:ro \
+  -v /var/cache/minimax-m3/jit/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee:/var/cache/minimax-m3-jit \
+  -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \
+  -e TORCHINDUCTOR_CACHE_DIR=/var/cache/minimax-m3-jit/inductor \
+  -e TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton \
+  -e VLLM_CACHE_ROOT=/var/cache/minimax-m3-jit/vllm \
+  -e XDG_CACHE_HOME=/var/cache/minimax-m3-jit \
   mm3-lab/vllm-cpu@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   /models/tiny-m3 \
   --served-model-name mm3-lab/tiny-m3 \

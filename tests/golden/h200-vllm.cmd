@@ -8,6 +8,12 @@ docker run --rm --name minimax-m3 \
   -p 127.0.0.1:30000:8000 \
   -e HF_HUB_OFFLINE=1 \
   -v /data/models/MiniMaxAI/MiniMax-M3/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3:ro \
+  -v /var/cache/minimax-m3/jit/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee:/var/cache/minimax-m3-jit \
+  -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \
+  -e TORCHINDUCTOR_CACHE_DIR=/var/cache/minimax-m3-jit/inductor \
+  -e TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton \
+  -e VLLM_CACHE_ROOT=/var/cache/minimax-m3-jit/vllm \
+  -e XDG_CACHE_HOME=/var/cache/minimax-m3-jit \
   vllm/vllm-openai@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   /models/MiniMax-M3 \
   --served-model-name MiniMaxAI/MiniMax-M3 \

@@ -11,6 +11,16 @@ docker run --rm --name minimax-m3 \
   -e HF_HUB_OFFLINE=1 \
   -e SGLANG_USE_AITER=1 \
   -v /data/models/MiniMaxAI/MiniMax-M3-MXFP8/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3-MXFP8:ro \
+  -v /var/cache/minimax-m3/jit/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee:/var/cache/minimax-m3-jit \
+  -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \
+  -e MINFER_FMHA_CACHE_DIR=/var/cache/minimax-m3-jit/minfer/fmha_sm100 \
+  -e SGLANG_CACHE_DIR=/var/cache/minimax-m3-jit/sglang \
+  -e SGLANG_DG_CACHE_DIR=/var/cache/minimax-m3-jit/deep_gemm \
+  -e SGLANG_JIT_CACHE_DIR=/var/cache/minimax-m3-jit/sglang/jit \
+  -e TORCHINDUCTOR_CACHE_DIR=/var/cache/minimax-m3-jit/inductor \
+  -e TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton \
+  -e TVM_FFI_CACHE_DIR=/var/cache/minimax-m3-jit/tvm-ffi \
+  -e XDG_CACHE_HOME=/var/cache/minimax-m3-jit \
   lmsysorg/sglang@sha256:eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
   sglang serve \
   --trust-remote-code \

@@ -27,7 +27,8 @@ def test_filters_registered():
         "serving_resolve", "serving_blockers_text", "serving_engine_url",
         "serving_health_url"}
     assert set(ms.FilterModule().filters()) == {
-        "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_invocation",
+        "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_precompile_argv",
+        "model_server_precompile_steps", "model_server_invocation",
         "model_server_shell_join", "model_server_helper_files",
         "model_server_systemd_join", "model_server_k8s_manifests", "model_server_k8s_problems",
         "model_server_k8s_yaml"}
