@@ -115,3 +115,46 @@ def test_the_gate_passed_once_in_this_image(host, role, image_id):
 def test_the_gate_warmed_the_cache_the_server_mounts(host, role, image_id):
     warm = host.file("%s/%s/standin-msa/warm" % (role["model_server_jit_cache_root"], image_id.split(":")[1]))
     assert warm.content_string == "compiled\n"
+
+
+# The kernel caches (every profile) and the precompile step (tasks/cache.yml, tasks/precompile.yml):
+# the stand-in's vLLM runs SGLang's DeepGEMM step (tasks/pin-standin.yml).
+@pytest.fixture(scope="module")
+def cache_dir(role, image_id):
+    return "%s/%s" % (role["model_server_jit_cache_root"], image_id.split(":")[1])
+
+
+def test_the_cache_belongs_to_the_engines_user(host, cache_dir):
+    """The lab profile's engine runs as 65534:65534 on a read-only root: it writes only here."""
+    cache = host.file(cache_dir)
+    assert (cache.is_directory, cache.uid, cache.gid, cache.mode) == (True, 65534, 65534, 0o750)
+
+
+@pytest.mark.parametrize("variable", ["VLLM_CACHE_ROOT=/var/cache/minimax-m3-jit/vllm",
+                                      "TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton",
+                                      "SGLANG_DG_CACHE_DIR=/var/cache/minimax-m3-jit/deep_gemm"])
+def test_the_unit_points_the_engines_caches_into_it(unit_text, cache_dir, variable):
+    assert "-v %s:/var/cache/minimax-m3-jit" % cache_dir in unit_text
+    assert "-e %s" % variable in unit_text
+
+
+@pytest.fixture(scope="module")
+def precompile_record(host, cache_dir):
+    found = host.check_output("find %s -maxdepth 1 -name '.precompile-deep_gemm-*.json'", cache_dir).split()
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_precompile_step_ran_once_for_this_image_and_gpu(host, precompile_record, image_id):
+    record = json.loads(host.file(precompile_record).content_string)
+    assert (record["step"], record["gpu"], record["image_id"]) == ("deep_gemm", "none", image_id)
+    assert "DeepGEMM Kernels compilation finished successfully." in record["output"]
+    assert record["command"][:5] == ["docker", "run", "--rm", "--name", "minimax-m3-precompile-deep_gemm"]
+    assert "-p" not in record["command"]  # no port: the step's own server is never reachable
+
+
+def test_the_precompiled_kernels_are_in_the_cache_the_server_mounts(host, cache_dir):
+    """Written by the container's user where DeepGEMM caches them (<dir>/cache/kernel.<name>.<hash>)."""
+    cubins = host.check_output("find %s/deep_gemm/cache -name kernel.cubin", cache_dir).split()
+    assert len(cubins) == 3
+    assert all(host.file(cubin).uid == 65534 for cubin in cubins)
