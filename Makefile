@@ -75,6 +75,7 @@ bench: bootstrap
 	python bench/verify_vs_vllm_bench.py --rounds 2
 	python bench/gateway_overhead_bench.py
 	python bench/weights_fanout_bench.py
+	python bench/engine_warm_start_bench.py --rounds 2
 
 lab: bootstrap images
 	@$(STAGE) lab scripts/lab.sh up
