@@ -130,9 +130,10 @@ def container_settings(engine_facts, entry_engine, engine):
                             "...)." % (where, key, caps))
     pids = settings["pids_limit"]
     if pids is not None and (isinstance(pids, bool) or not isinstance(pids, int)
-                             or not 1 <= pids <= 4194304):
-        blockers.append("%s.pids_limit is %r: give a whole number of processes between 1 and "
-                        "4194304 (or null for none)." % (where, pids))
+                             or not PIDS_FLOOR <= pids <= 4194304):
+        blockers.append("%s.pids_limit is %r: give a whole number of processes between %d (an engine "
+                        "starts dozens of workers and threads) and 4194304 (or null for none)."
+                        % (where, pids, PIDS_FLOOR))
     tmpfs = settings["tmpfs"]
     if not isinstance(tmpfs, list) or not all(isinstance(t, str) and TMPFS_RE.fullmatch(t)
                                               for t in tmpfs):
@@ -149,6 +150,66 @@ def container_settings(engine_facts, entry_engine, engine):
         blockers.append("%s.env is %r: give a mapping of variable names to one-line strings."
                         % (where, env))
     return settings, blockers
+
+
+# Below this many processes and threads the engine cannot start its workers (the lab's one-rank CPU
+# engine alone ran 75; a TP-8 GPU engine runs many more): a lower --pids-limit renders a unit that
+# cannot serve.
+PIDS_FLOOR = 512
+
+
+def container_loosenings(reviewed, settings):
+    """What `settings` loosens against the reviewed ones (the engine's and the matrix entry's):
+    capabilities added or no longer all dropped, no-new-privileges off, a writable root, root
+    instead of the reviewed user, a higher or no process limit. One line each, for the refusal
+    and the plan."""
+    loosened = []
+    added = [c for c in settings["cap_add"] if c not in reviewed["cap_add"]]
+    if added:
+        loosened.append("adds capabilities %s" % ", ".join(added))
+    if "ALL" in reviewed["cap_drop"] and "ALL" not in settings["cap_drop"]:
+        loosened.append("no longer drops ALL capabilities")
+    for key, what in (("no_new_privileges", "no-new-privileges off"), ("read_only", "a writable root")):
+        if reviewed[key] is True and settings[key] is False:
+            loosened.append(what)
+    if reviewed["user"] is not None and settings["user"] is None:
+        loosened.append("runs as the image's user (root) instead of %s" % reviewed["user"])
+    if reviewed["pids_limit"] is not None and (settings["pids_limit"] is None
+                                               or settings["pids_limit"] > reviewed["pids_limit"]):
+        loosened.append("process limit %s instead of %s" % (settings["pids_limit"], reviewed["pids_limit"]))
+    return loosened
+
+
+def env_override_problems(entry_engine, container, engine_facts, engine):
+    """Variables an entry or the site may not set because the project sets them for the node to
+    work as reviewed: HF_HUB_OFFLINE=1 (the seed's offline start: docker keeps the last -e, so a
+    later HF_HUB_OFFLINE=0 would let the engine call the hub) and the kernel cache's variables."""
+    protected = {"HF_HUB_OFFLINE": "the node is offline (the seed's offline start)"}
+    for name in ((engine_facts or {}).get("jit_cache") or {}).get("env") or {}:
+        protected.setdefault(name, "the engine's kernel cache (serving_engines.%s.jit_cache)" % engine)
+    problems = []
+    for where, env in (("env", (entry_engine or {}).get("env") or {}),
+                       ("container.env", (container or {}).get("env") or {})):
+        for name in sorted(set(env) & set(protected)) if isinstance(env, dict) else []:
+            problems.append("serving_profile_overrides.engines.%s.%s sets %s, which the project sets "
+                            "itself (%s): remove it." % (engine, where, name, protected[name]))
+    return problems
+
+
+def image_problems(image):
+    """The image as docker will read it: a repository (never an option or a second token), a
+    tag docker accepts."""
+    problems = []
+    repository = image.get("repository")
+    if not v.is_image_repository(repository):
+        problems.append("serving_image.repository %r is not an image repository as docker reads one "
+                        "(lower-case path components, optionally after a registry host; no tag, digest, "
+                        "space or option): fix serving_image.repository." % (repository,))
+    for key in ("tag", "tag_family"):
+        if image.get(key) not in (None, "") and not v.is_image_tag(image.get(key)):
+            problems.append("serving_image.%s %r is not a tag docker accepts (letters, digits, '_', '.', "
+                            "'-'; at most 128): fix it." % (key, image.get(key)))
+    return problems
 
 
 def api_key_problem(key, defined=True):
@@ -399,6 +460,43 @@ def arg_sources(base_args, args, presets, tuning, source):
     return result
 
 
+def secret_free(sources, args, record):
+    """arg_sources with the value of any flag that sets the engine's API key (in any form the
+    engine reads: --api-key K, --api-key=K, a prefix) replaced by <redacted>: such a flag is
+    refused, and the plan that says so must not print the key."""
+    if not record:
+        return sources
+    tab = ea.table(record)
+    secret = ea.dest_of("--api-key", tab)
+    result = []
+    for (text, origin), arg in zip(sources, args):
+        tokens = [str(token) for token in arg]
+        occurrences, _ = ea.canonicalize(tokens, tab, [origin] * len(tokens), ())
+        if secret and any(o.get("dest") == secret for o in occurrences):
+            text = tokens[0].split("=", 1)[0] + " <redacted>"
+        result.append([text, origin])
+    return result
+
+
+def command_sources(engine_facts, engine, model_dir, repo, container_port):
+    """["tokens", source] for each part of the engine command that is not a profile flag (those
+    are arg_sources): the engine's command, the model path, the served name, the metrics switch,
+    the address and port inside the container. The plan prints them with the flags."""
+    where = "serving_engines.%s" % engine
+    model = [engine_facts["model_arg"], model_dir] if engine_facts.get("model_arg") else [model_dir]
+    result = [[" ".join(engine_facts.get("command") or []), "engine: %s.command" % where],
+              [" ".join(model), "project: the verified weights, mounted read-only (the seed's offline start)"]]
+    if engine_facts.get("served_model_name_arg"):
+        result.append(["%s %s" % (engine_facts["served_model_name_arg"], repo),
+                       "project: clients ask for the hub name (%s.served_model_name_arg)" % where])
+    if engine_facts.get("metrics_args"):
+        result.append([" ".join(engine_facts["metrics_args"]),
+                       "project: /metrics for monitoring (%s.metrics_args)" % where])
+    result.append(["--host 0.0.0.0 --port %s" % container_port,
+                   "seed: every address inside the container, published on serving_bind_address only"])
+    return result
+
+
 def manifest_pin_for(inventory_pin, repo_facts, revision, inventory_revision):
     """The pinned sha256 of the weights manifest, and a blocker or None.
 
@@ -425,9 +523,9 @@ def manifest_pin_for(inventory_pin, repo_facts, revision, inventory_revision):
 INPUTS = ("profile", "engine", "allow_inferred", "bind_address", "port", "api_key", "api_key_defined",
           "image", "allow_unpinned_image", "weights_revision", "weights_manifest_sha256", "weights_root",
           "profile_overrides", "tuning", "capabilities", "gpu_count", "allow_request_logging", "gateway",
-          "media_domains")
+          "media_domains", "allow_container_privileges")
 TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources",
-          "engine_args")
+          "engine_args", "vendor_container_notes")
 
 
 def serving_resolve(inputs, tables):
@@ -456,6 +554,7 @@ def serving_resolve(inputs, tables):
     allow_inferred, allow_unpinned_image = get("allow_inferred") is True, get("allow_unpinned_image") is True
     allow_request_logging, gateway = get("allow_request_logging") is True, get("gateway")
     media_domains = get("media_domains")
+    allow_container_privileges = get("allow_container_privileges") is True
     blockers = []
     profiles = sorted(matrix)
     profile = str(get("profile") or "").strip()
@@ -490,8 +589,9 @@ def serving_resolve(inputs, tables):
         "gpu": {}, "tp": None, "capabilities": [], "weights": {}, "image": {},
         "device_args": [], "bind_address": bind_address, "port": None, "container_port": None,
         "health_path": None, "args": [], "arg_sources": [], "source": None, "env": {},
-        "entrypoint": [], "command": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
+        "entrypoint": [], "command": [], "command_sources": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
         "auth": bool(api_key_set), "gateway": gateway, "tuning": list(tuning), "container": {},
+        "container_loosened": [], "container_notes": [],
         "blockers": blockers,
     }
 
@@ -545,6 +645,10 @@ def serving_resolve(inputs, tables):
 
     # Weights: repository facts, pinned revision, where they live.
     repo = entry.get("weights")
+    if repo not in weights_repos:
+        blockers.append("weights repository %r of profile '%s' is not one of the matrix's "
+                        "(serving_weights_repos: %s): set serving_profile_overrides.weights to one of them."
+                        % (repo, profile, ", ".join(sorted(weights_repos))))
     repo_facts = weights_repos.get(repo, {})
     revision = str(weights_revision or "").strip() or repo_facts.get("revision")
     base = posixpath.basename(str(repo))
@@ -601,6 +705,7 @@ def serving_resolve(inputs, tables):
 
     # Image: the entry's, merged with the site override; pinned by digest.
     img = merge(eng.get("image"), image)
+    blockers.extend(image_problems(img))
     digest = img.get("digest")
     if digest and not v.is_image_id(digest):
         blockers.append("image digest '%s' is not 'sha256:<64 hex>': fix serving_image.digest."
@@ -651,6 +756,15 @@ def serving_resolve(inputs, tables):
 
     container, container_blockers = container_settings(eng_facts, eng, engine)
     blockers.extend(container_blockers)
+    # What the site's overrides loosen in the engine's reviewed least privilege (the engine's and
+    # the matrix entry's settings): refused unless acknowledged, and listed in the plan either way.
+    reviewed, _ = container_settings(eng_facts, ((matrix[profile].get("engines") or {}).get(engine) or {}), engine)
+    loosened = container_loosenings(reviewed, container) if not container_blockers else []
+    if loosened and not allow_container_privileges:
+        blockers.append("serving_profile_overrides.engines.%s.container loosens the engine container's "
+                        "reviewed least privilege (%s): remove it, or set serving_allow_container_privileges: "
+                        "true to accept it (the plan prints it)." % (engine, "; ".join(loosened)))
+    blockers.extend(env_override_problems(eng, container, eng_facts, engine))
 
     cport = int(eng_facts.get("container_port"))
     command = list(eng_facts.get("command") or [])
@@ -685,11 +799,15 @@ def serving_resolve(inputs, tables):
         args=args, env={str(name): str(value) for name, value in (eng.get("env") or {}).items()},
         entrypoint=[str(t) for t in eng_facts.get("image_entrypoint") or []],
         served_model_name=served_model_name,
-        command=command, msa_warmup=msa is True, container=container,
+        command=command, msa_warmup=msa is True, container=container, container_loosened=loosened,
         # the kernel caches, for every profile (model_server mounts them per image digest)
         jit_cache=dict(eng_facts.get("jit_cache") or {}),
         source=(flag_sources or {}).get(source, source),
-        arg_sources=arg_sources(base_args, args, tuning_presets, tuning, source),
+        arg_sources=secret_free(arg_sources(base_args, args, tuning_presets, tuning, source), args,
+                                (table("engine_args") or {}).get(engine)),
+        command_sources=command_sources(eng_facts, engine, spec["weights"]["container_dir"], repo, cport),
+        # what the vendor's own container instructions add and why the project does not (the plan prints it)
+        container_notes=list((table("vendor_container_notes") or {}).get(gpu["vendor"]) or []),
     )
     # The central check: nothing that reaches the unit or argv holds a control character.
     blockers.extend(v.control_problems({k: item for k, item in spec.items() if k != "blockers"}, "serving"))

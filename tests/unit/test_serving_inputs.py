@@ -240,6 +240,82 @@ def test_unpinned_manifest_is_not_a_blocker_at_resolve_time():
     assert spec["blockers"] == [] and spec["weights"]["manifest_sha256"] is None
 
 
+# Inputs an outside review found rendering (issue 34): each refused naming the variable and the
+# fix, and its accepted twin resolving clean, so the check is what makes the difference.
+LOOSENED = {"engines": {"sglang": {"container": {"cap_add": ["ALL"]}}}}
+
+
+@pytest.mark.parametrize("case,inputs,fragments", [
+    ("image repository carrying a docker option",
+     dict(image={"repository": "--mount=type=bind,source=/,target=/host", "digest": DIGEST}),
+     ["serving_image.repository '--mount=type=bind,source=/,target=/host' is not an image repository"]),
+    ("image repository --volume", dict(image={"repository": "--volume=/:/host", "digest": DIGEST}),
+     ["serving_image.repository '--volume=/:/host'"]),
+    ("image repository with a second token", dict(image={"repository": "lmsysorg/sglang --privileged",
+                                                         "digest": DIGEST}),
+     ["'lmsysorg/sglang --privileged' is not an image repository"]),
+    ("image repository in upper case", dict(image={"repository": "LMSYSORG/sglang", "digest": DIGEST}),
+     ["'LMSYSORG/sglang' is not an image repository"]),
+    ("image tag with a space", dict(image={"tag": "dev -v /:/h", "digest": None}, allow_unpinned_image=True),
+     ["serving_image.tag 'dev -v /:/h' is not a tag docker accepts"]),
+    ("weights override walking out of the root", dict(profile_overrides={"weights": "../../etc"}),
+     ["weights repository '../../etc' of profile 'b200' is not one of the matrix's",
+      "set serving_profile_overrides.weights to one of them"]),
+    ("HF_HUB_OFFLINE turned off after the project's =1",
+     dict(profile_overrides={"engines": {"sglang": {"env": {"HF_HUB_OFFLINE": "0"}}}}),
+     ["serving_profile_overrides.engines.sglang.env sets HF_HUB_OFFLINE, which the project sets itself"]),
+    ("a kernel cache variable moved", dict(profile_overrides={"engines": {"sglang": {"container": {
+        "env": {"TRITON_CACHE_DIR": "/tmp/t"}}}}}),
+     ["engines.sglang.container.env sets TRITON_CACHE_DIR, which the project sets itself"]),
+    ("every capability added", dict(profile_overrides=LOOSENED),
+     ["loosens the engine container's reviewed least privilege (adds capabilities ALL)",
+      "serving_allow_container_privileges: true"]),
+    ("no-new-privileges off", dict(profile_overrides={"engines": {"sglang": {"container": {
+        "no_new_privileges": False}}}}), ["(no-new-privileges off)"]),
+    ("a process limit too low to start", dict(profile_overrides={"engines": {"sglang": {"container": {
+        "pids_limit": 64}}}}), ["pids_limit is 64: give a whole number of processes between 512"]),
+    ("an API key of 32 digits on every address", dict(bind_address="0.0.0.0", api_key="1" * 16 + "2345678901234567",
+                                                      api_key_defined=True), ["serving_api_key is digits only"]),
+    ("an API key repeating 8 characters", dict(bind_address="0.0.0.0", api_key="abcdefgh" * 4, api_key_defined=True),
+     ["serving_api_key repeats a pattern of 8 characters"]),
+    ("a link-local bind with a zone", dict(bind_address="fe80::1%eth0", api_key=GOOD_KEY, api_key_defined=True),
+     ["serving_bind_address 'fe80::1%eth0' is not an IP address"]),
+    ("a multicast bind", dict(bind_address="239.1.1.1", api_key=GOOD_KEY, api_key_defined=True),
+     ["serving_bind_address 239.1.1.1 is a multicast address"]),
+    ("a broadcast bind", dict(bind_address="255.255.255.255", api_key=GOOD_KEY, api_key_defined=True),
+     ["serving_bind_address 255.255.255.255 is a broadcast address"]),
+    ("a weights root component over 255 bytes", dict(weights_root="/data/" + "m" * 256),
+     ["serving_weights_root has a path component of 256 bytes"]),
+])
+def test_what_the_review_found_rendering_is_refused(case, inputs, fragments):
+    text = blockers(**inputs)
+    for fragment in fragments:
+        assert fragment in text, (case, text)
+
+
+@pytest.mark.parametrize("case,inputs", [
+    ("a registry mirror's repository", dict(image={"repository": "registry.site.internal:5000/lmsysorg/sglang",
+                                                   "digest": DIGEST})),
+    ("the matrix's own weights named again", dict(profile_overrides={"weights": "MiniMaxAI/MiniMax-M3-MXFP8"})),
+    ("another variable in the engine's environment",
+     dict(profile_overrides={"engines": {"sglang": {"env": {"NCCL_DEBUG": "INFO"}}}})),
+    ("a loosening acknowledged", dict(profile_overrides=LOOSENED, allow_container_privileges=True)),
+    ("a tighter process limit", dict(profile_overrides={"engines": {"sglang": {"container": {"pids_limit": 4096}}}})),
+    ("a random key on every address", dict(bind_address="0.0.0.0", api_key=GOOD_KEY, api_key_defined=True)),
+    ("a key with < and >", dict(bind_address="0.0.0.0", api_key="<" + GOOD_KEY + ">", api_key_defined=True)),
+    ("IPv4-mapped loopback without a key", dict(bind_address="::ffff:127.0.0.1")),
+    ("a weights root with a trailing slash", dict(weights_root="/data/models/")),
+])
+def test_their_twins_resolve(case, inputs):
+    assert blockers(**inputs) == "", case
+
+
+def test_an_acknowledged_loosening_is_in_the_spec_for_the_plan():
+    spec = resolve(profile_overrides=LOOSENED, allow_container_privileges=True)
+    assert spec["container_loosened"] == ["adds capabilities ALL"]
+    assert resolve()["container_loosened"] == []
+
+
 # --- Engine flags read the way the engine's argparse reads them (issue 34) ----------------------
 # Every bypass the review found, refused naming the variable and the fix, beside its accepted twin.
 
@@ -369,3 +445,14 @@ def test_the_projects_own_tokens_are_read_too():
                                                            tables={"engine_args": lists}))["blockers"])
     assert "sglang flags in the project's own command: --trust-remote-code is not an option" in text
     assert "tools/engine_args/record_image.sh" in text
+
+
+@pytest.mark.parametrize("args", [[["--api-key", "shortkey"]], [["--api-key=shortkey"]], [["--api-k", "shortkey"]]])
+def test_a_key_given_as_a_flag_is_refused_and_never_printed(args):
+    """The plan prints the flags with their sources even for a refused profile: the key is not in
+    them, whatever form it was given in."""
+    base = VARS["serving_matrix"]["b200"]["engines"]["sglang"]["args"]
+    spec = resolve(profile_overrides={"engines": {"sglang": {"args": base + args}}})
+    assert any("sets --api-k" in b for b in spec["blockers"]), spec["blockers"]
+    printed = " ".join(text for text, _ in spec["arg_sources"])
+    assert "shortkey" not in printed and "<redacted>" in printed
