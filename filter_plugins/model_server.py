@@ -727,20 +727,67 @@ def helper_files(libexec_dir):
     return files
 
 
+def unit_problems(spec):
+    """What the rendered unit could not start with although serving_spec resolves, one line each
+    naming the fix: the ExecStartPre weights re-check compares the manifest with the pinned
+    sha256, so without a pin every start is refused."""
+    weights = (spec or {}).get("weights") or {}
+    problems = []
+    if not v.is_sha256(weights.get("manifest_sha256") or ""):
+        problems.append("serving_weights_manifest_sha256 is not pinned for %s@%s: the unit's ExecStartPre "
+                        "re-check refuses every start without it (and nodes refuse to sync against none): run "
+                        "playbooks/weights.yml on the staging host, review the manifest it prints and set "
+                        "serving_weights_manifest_sha256 to its sha256."
+                        % (weights.get("repo"), weights.get("revision")))
+    return problems
+
+
+def env_sources(spec):
+    """["NAME=VALUE", source] of every variable the engine's container gets, in the order of its
+    -e options (engine_env, then the kernel cache's): the plan prints them beside the flags."""
+    spec = spec or {}
+    profile_env = spec.get("env") or {}
+    origin = spec.get("source") or "matrix"
+    result = []
+    for name, value in engine_env(spec):
+        if name == "HF_HUB_OFFLINE":
+            source = "seed: the offline start (no hub call from the node)"
+        elif name in ((spec.get("container") or {}).get("env") or {}):
+            source = "the engine's container settings (serving_engines / the profile's container.env)"
+        else:
+            source = "%s (the profile's engine env)" % origin if name in profile_env else "project"
+        result.append(["%s=%s" % (name, value), source])
+    for name, value in jit_cache_env(spec):
+        result.append(["%s=%s" % (name, value), "project: the kernel cache, one per image (jit_cache)"])
+    return result
+
+
+def deploy_blockers(spec):
+    """Everything that stops a deployment of serving_spec: the serving role's blockers, then
+    what the unit could not start with (unit_problems). The one list the plan, the rollout's
+    plan and the model_server role judge a deployment by."""
+    spec = spec or {}
+    return list(spec.get("blockers") or []) + (unit_problems(spec) if spec.get("weights") else [])
+
+
 def command_tokens(text):
     """Split a rendered shell command back into argv (line continuations removed)."""
     return shlex.split(text.replace("\\\n", " "))
 
 
 class FilterModule(object):
-    """model_server_docker_argv, model_server_msa_gate_argv, model_server_precompile_argv,
-    model_server_precompile_steps, model_server_invocation,
+    """model_server_docker_argv, model_server_deploy_blockers, model_server_env_sources,
+    model_server_hardening_args, model_server_msa_gate_argv, model_server_precompile_argv,
+    model_server_precompile_steps, model_server_invocation, model_server_helper_files,
     model_server_shell_join, model_server_systemd_join, model_server_k8s_manifests,
     model_server_k8s_problems, model_server_k8s_yaml."""
 
     def filters(self):
         return {
             "model_server_docker_argv": docker_run_argv,
+            "model_server_deploy_blockers": deploy_blockers,
+            "model_server_env_sources": env_sources,
+            "model_server_hardening_args": hardening_args,
             "model_server_helper_files": helper_files,
             "model_server_invocation": invocation,
             "model_server_msa_gate_argv": msa_gate_argv,

@@ -52,7 +52,8 @@ Variant = collections.namedtuple("Variant", "profiles inputs strict")
 # name -> which profiles, each profile's inputs, strict: planned without plan_allow_blocked (the
 # run fails when one of them is blocked). Order: the run's order.
 VARIANTS = {
-    # The bare matrix, as an operator plans it first: only b200 is deployable as shipped.
+    # The bare matrix, as an operator plans it first: nothing is deployable as shipped (b200 lacks
+    # only its manifest pin, which the first staging run prints for review).
     "defaults": Variant(matrix_profiles(), lambda profile: {}, False),
     # Every SGLang profile, pinned: the goldens, the units, the Kubernetes objects.
     "pinned": Variant(matrix_profiles("sglang"), lambda profile: pinned(profile), False),
@@ -67,11 +68,18 @@ VARIANTS = {
     # (no MSA) and b300 (MSA: the JIT cache is named IMAGE-ID until the node knows the image).
     "unpinned": Variant(["h200", "b300"], lambda profile: dict(
         PINS, serving_image={}, serving_allow_unpinned_image=True), False),
-    # b200 as shipped with one site choice each; strict: an unblocked plan exits 0.
-    "ipv6": Variant(["b200"], lambda profile: {"serving_bind_address": "::1"}, True),
-    "keyed": Variant(["b200"], lambda profile: {"serving_bind_address": "0.0.0.0",
-                                                "serving_api_key": PLAN_KEY}, True),
+    # b200 as shipped with its manifest pinned and one site choice each; strict: an unblocked plan
+    # exits 0.
+    "ipv6": Variant(["b200"], lambda profile: {"serving_bind_address": "::1",
+                                               "serving_weights_manifest_sha256": "c" * 64}, True),
+    "keyed": Variant(["b200"], lambda profile: {"serving_bind_address": "0.0.0.0", "serving_api_key": PLAN_KEY,
+                                                "serving_weights_manifest_sha256": "c" * 64}, True),
+    # A profile name that walks out of plan_dir: plan_dir/../outside holds a file the plan must
+    # leave alone (the fixture puts it there first).
+    "traversal": Variant(["../outside"], lambda profile: {}, False),
 }
+# What the traversal variant's profile would reach: <root>/outside, beside the variants' plan dirs.
+OUTSIDE_FILE = pathlib.PurePosixPath("outside") / "keep"
 
 
 class PlanRun:
@@ -119,6 +127,8 @@ def plans(tmp_path_factory):
     harness = work / "harness" / "plan-variants.yml"
     harness.parent.mkdir()
     harness.write_text(json.dumps(plan_harness(root), indent=1))  # JSON is YAML; typed values stay typed
+    (root / OUTSIDE_FILE).parent.mkdir(parents=True)
+    (root / OUTSIDE_FILE).write_text("not the plan's\n")
     runner, out = run_playbook(str(harness), work / "runner")
     assert runner.rc == 0, out[-4000:]
     return PlanRun(root, out)

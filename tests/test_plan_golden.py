@@ -17,6 +17,7 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import OUTSIDE_FILE
 from helpers import failures, matrix_profiles, run_playbook
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -235,10 +236,12 @@ def test_unit_runs_exactly_the_planned_command(plans, profile):
     # (tests/test_k8s_manifests.py reads them): nothing else is written
     files = sorted(str(p.relative_to(plan_dir)) for p in plan_dir.rglob("*") if p.is_file())
     assert files == sorted([str(CMD), str(UNIT), "k8s/minimax-m3.yaml"])
-    # without a manifest pin the objects are refused, and the node files are the same
+    # without a manifest pin the unit could not start (its ExecStartPre re-check compares with the
+    # pin): no unit, the blocker says so; the Kubernetes objects are refused for it too
     unpinned = plans["defaults"].dir / "b200"
     assert sorted(str(p.relative_to(unpinned)) for p in unpinned.rglob("*") if p.is_file()) == sorted(
-        [str(CMD), str(UNIT), "k8s/BLOCKED"])
+        ["BLOCKED", "k8s/BLOCKED"])
+    assert "serving_weights_manifest_sha256 is not pinned" in (unpinned / "BLOCKED").read_text()
 
 
 def test_unit_header_lines_stay_apart(plans):
@@ -292,7 +295,11 @@ def test_systemd_analyze_catches_an_injected_line(plans, tmp_path):
 def test_plan_prints_requirements_sources_and_blockers(plans):
     out = " ".join(plans["defaults"].out.split()).replace("''", "'")
     assert "profile: b200 - 8 x NVIDIA B200" in out
-    assert "needs: 8 x B200 (nvidia), TP 8; NVIDIA driver >= 570.133.20; fabric nvlink5" in out
+    # every requirement with its source: the seed's, a vendor's (hosts.md) or the project's default
+    assert "8 x B200 (nvidia), TP 8 [the seed's hardware matrix" in out
+    assert ("NVIDIA driver >= 570.133.20 [the matrix's gpu.driver_floor / gpu.rocm_floor: NVIDIA's and AMD's "
+            "published minimums") in out and "not the seed's (it publishes none)" in out
+    assert "fabric nvlink5 [the matrix's gpu.fabric" in out
     # disk as preflight computes it: weights + image (40) + margin (50)
     assert ("disk 534.0 GB free on the filesystem of /data/models/MiniMaxAI/MiniMax-M3-MXFP8 = weights 444 GB"
             in out)
@@ -301,32 +308,59 @@ def test_plan_prints_requirements_sources_and_blockers(plans):
     assert "978.0 GB to change revision (the old one serves until the new one does)" in out
     assert ("in /data/models/MiniMaxAI/MiniMax-M3-MXFP8/c5454eb03678d8710e54a4e0fc681b9f3b4a3dba "
             "(current/serving/previous links beside it)") in out
-    assert "RAM >= 256 GB; /dev/shm >= 32 GB; port 30000/tcp free on 127.0.0.1" in out
+    assert "RAM >= 256 GB [project default preflight_ram_min_gb (the seed publishes no host-memory figure" in out
+    assert "/dev/shm >= 32 GB [the seed: --ipc=host and --shm-size 32g" in out
+    assert "port 30000/tcp free on 127.0.0.1 [serving_port" in out
     assert "ROCm >= 7.2" in out
     assert "weights: MiniMaxAI/MiniMax-M3-MXFP8 @ c5454eb03678d8710e54a4e0fc681b9f3b4a3dba" in out
     assert "manifest sha256 NOT PINNED: the first staging run prints it for review" in out
     assert "exposed: http://127.0.0.1:30000/health" in out
     assert "--attention-backend fa4 [seed]" in out and "--attention-backend fa4 [cookbook]" in out
     assert "flags from the seed's offline quickstart" in out
-    assert "blockers: none" in out
+    # every flag and variable the engine gets, with its source: the project's own too
+    assert "--enable-metrics [project: /metrics for monitoring" in out
+    assert "--model-path /models/MiniMax-M3-MXFP8 [project: the verified weights" in out
+    assert "--host 0.0.0.0 --port 30000 [seed:" in out
+    assert "HF_HUB_OFFLINE=1 [seed: the offline start" in out
+    assert "TRITON_CACHE_DIR=/var/cache/minimax-m3-jit/triton [project: the kernel cache" in out
+    assert "container: --security-opt no-new-privileges --cap-drop ALL --pids-limit 16384" in out
+    # b200 as shipped: the unit could not start without the manifest pin, so the plan says so
+    assert ("serving_weights_manifest_sha256 is not pinned for MiniMaxAI/MiniMax-M3-MXFP8@"
+            "c5454eb03678d8710e54a4e0fc681b9f3b4a3dba: the unit's ExecStartPre re-check refuses every start") in out
+    assert "blockers: none" not in out
     assert "image lmsysorg/sglang has no digest (tag family dev-cu13-minimax-m3)" in out
     assert "profile 'gb200' has status 'inferred'" in out
 
 
 def test_blocked_profiles_get_a_blocked_file_and_no_unit(plans):
     plan_dir = plans["defaults"].dir
-    assert (plan_dir / "b200" / UNIT).exists() and not (plan_dir / "b200" / "BLOCKED").exists()
+    assert not (plan_dir / "b200" / UNIT).exists() and (plan_dir / "b200" / "BLOCKED").exists()
     for profile in ("b300", "gb200", "h200", "mi300x"):
         files = [p.name for p in (plan_dir / profile).rglob("*") if p.is_file()]
         assert files == ["BLOCKED"], (profile, files)
         assert "has no digest" in (plan_dir / profile / "BLOCKED").read_text()
 
 
-def test_a_blocked_plan_exits_non_zero(tmp_path):
-    rc, out, runner = run_plan(tmp_path / "p", {"serving_profile": "b300"})
+@pytest.mark.parametrize("profile", ["b300", "b200"])
+def test_a_blocked_plan_exits_non_zero(tmp_path, profile):
+    """b300: its image is not pinned; b200 as shipped: its manifest is not (the unit's ExecStartPre
+    would refuse every start, so the plan may not say "no blockers")."""
+    rc, out, runner = run_plan(tmp_path / "p", {"serving_profile": profile})
     assert rc != 0
-    assert "1 of 1 profile(s) blocked: b300" in " ".join(str(m) for m in failures(runner).values())
-    assert [p.name for p in (tmp_path / "p" / "b300").iterdir()] == ["BLOCKED"]
+    assert "1 of 1 profile(s) blocked: %s" % profile in " ".join(str(m) for m in failures(runner).values())
+    assert "BLOCKED" in [p.name for p in (tmp_path / "p" / profile).iterdir()]
+    assert not (tmp_path / "p" / profile / UNIT).exists()
+
+
+def test_a_profile_name_never_reaches_outside_the_plan_dir(plans):
+    """-e serving_profile=../outside: refused by name, and the plan neither empties nor writes
+    <plan_dir>/../outside (it used to remove it before the profile was checked)."""
+    outside = plans.root / OUTSIDE_FILE
+    assert outside.read_text() == "not the plan's\n"
+    assert sorted(p.name for p in outside.parent.iterdir()) == ["keep"]
+    out = " ".join(plans["traversal"].out.split()).replace("''", "'")
+    assert "serving_profile '../outside' is not in the hardware matrix" in out
+    assert "files: none (not a profile of the hardware matrix)" in out
 
 
 @pytest.mark.parametrize("variant", ["ipv6", "keyed"])

@@ -27,8 +27,10 @@ def test_filters_registered():
         "serving_resolve", "serving_blockers_text", "serving_engine_url",
         "serving_health_url"}
     assert set(ms.FilterModule().filters()) == {
-        "model_server_docker_argv", "model_server_msa_gate_argv", "model_server_precompile_argv",
-        "model_server_precompile_steps", "model_server_invocation",
+        "model_server_docker_argv", "model_server_deploy_blockers", "model_server_env_sources",
+        "model_server_hardening_args",
+        "model_server_msa_gate_argv", "model_server_precompile_argv", "model_server_precompile_steps",
+        "model_server_invocation",
         "model_server_shell_join", "model_server_helper_files",
         "model_server_systemd_join", "model_server_k8s_manifests", "model_server_k8s_problems",
         "model_server_k8s_yaml"}
@@ -284,3 +286,35 @@ def test_the_health_url_a_probe_on_the_node_asks(bind, url):
     spec = {"bind_address": bind, "port": 30000, "health_path": "/health"}
     assert serving.health_url(spec) == url
     assert serving.engine_url(spec) == url[:-len("/health")]
+
+
+def test_a_deployment_is_judged_by_what_the_unit_could_start_with():
+    """model_server_deploy_blockers: the resolution's blockers, then what the unit's ExecStartPre
+    re-check would refuse every start for (no manifest pin), the one list the plan, the rollout's
+    plan and model_server judge by."""
+    shipped = resolve("b200")
+    assert shipped["blockers"] == []
+    assert [b.split(":")[0] for b in ms.deploy_blockers(shipped)] == [
+        "serving_weights_manifest_sha256 is not pinned for MiniMaxAI/MiniMax-M3-MXFP8@"
+        "c5454eb03678d8710e54a4e0fc681b9f3b4a3dba"]
+    assert ms.deploy_blockers(resolve("b200", weights_manifest_sha256="c" * 64)) == []
+    refused = resolve("b300")
+    assert ms.deploy_blockers(refused)[:len(refused["blockers"])] == refused["blockers"]
+
+
+def test_the_plan_lists_every_variable_with_its_source():
+    spec = resolve("mi300x", image={"digest": DIGEST})
+    env = dict(ms.env_sources(spec))
+    assert env["HF_HUB_OFFLINE=1"].startswith("seed:")
+    assert env["SGLANG_USE_AITER=1"].endswith("(the profile's engine env)")
+    lab = resolve("cpu-lab", engine="vllm", allow_unpinned_image=True)
+    assert dict(ms.env_sources(lab))["HOME=/tmp"].startswith("the engine's container settings")
+
+
+def test_a_vendors_own_container_options_are_data_with_their_source():
+    """AMD's instructions add ptrace and an unconfined seccomp profile; the matrix records both,
+    with their source and why they are not applied, for the plan of every AMD profile."""
+    notes = resolve("mi300x", image={"digest": DIGEST})["container_notes"]
+    assert [n["option"] for n in notes] == ["--cap-add=SYS_PTRACE", "--security-opt seccomp=unconfined"]
+    assert all(n["applied"] is False and "rocm.docs.amd.com" in n["source"] and n["reason"] for n in notes)
+    assert resolve("b200")["container_notes"] == []
