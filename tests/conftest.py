@@ -92,6 +92,7 @@ class PlanRun:
     def __init__(self, root, out):
         self.root = root
         self.out = out
+        self.outside = root / OUTSIDE_FILE  # the file the traversal variant must leave alone
         self.plans = {}
         parts = out.split("PLAY [plan variant: ")
         for name, variant in VARIANTS.items():

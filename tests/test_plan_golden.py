@@ -17,7 +17,6 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import OUTSIDE_FILE
 from helpers import failures, matrix_profiles, run_playbook
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -355,7 +354,7 @@ def test_a_blocked_plan_exits_non_zero(tmp_path, profile):
 def test_a_profile_name_never_reaches_outside_the_plan_dir(plans):
     """-e serving_profile=../outside: refused by name, and the plan neither empties nor writes
     <plan_dir>/../outside (it used to remove it before the profile was checked)."""
-    outside = plans.root / OUTSIDE_FILE
+    outside = plans.outside
     assert outside.read_text() == "not the plan's\n"
     assert sorted(p.name for p in outside.parent.iterdir()) == ["keep"]
     out = " ".join(plans["traversal"].out.split()).replace("''", "'")
