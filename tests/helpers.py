@@ -81,6 +81,36 @@ def run_role_check(role, role_vars, work_dir):
                         extravars={"ansible_python_interpreter": sys.executable})
 
 
+def run_cases(work_dir, case_tasks, cases, play_vars=None, cmdline=None):
+    """Run every case in one playbook run against the controller (one run keeps the suite's
+    minutes): `case_tasks` (YAML, a task list that reads the case as `case`) runs per case inside
+    a block whose rescue keeps the refusal. Returns (runner, text, outcomes): per case in order,
+    "ok" or "<failed task's name>: <its message>". play_vars are the play's vars (typed, as JSON)."""
+    import json
+    import pathlib
+
+    import yaml
+
+    work = pathlib.Path(work_dir)
+    (work / "case.yml").write_text(json.dumps([{
+        "name": "One case",
+        "block": yaml.safe_load(case_tasks) + [
+            {"name": "Not refused", "ansible.builtin.set_fact": {"outcome": "{{ outcome + ['ok'] }}"}}],
+        "rescue": [{"name": "Refused", "ansible.builtin.set_fact": {
+            "outcome": "{{ outcome + [ansible_failed_task.name ~ ': ' ~ ansible_failed_result.msg] }}"}}]}]))
+    out = work / "out.json"
+    (work / "play.yml").write_text(json.dumps([{
+        "hosts": "localhost", "connection": "local", "gather_facts": True,
+        "vars": dict(play_vars or {}, outcome=[]),
+        "tasks": [
+            {"name": "Every case", "ansible.builtin.include_tasks": "case.yml", "loop": "{{ cases }}",
+             "loop_control": {"loop_var": "case"}},
+            {"name": "Keep the outcomes", "ansible.builtin.copy": {
+                "content": "{{ outcome | to_json }}", "dest": str(out), "mode": "0600"}, "check_mode": False}]}]))
+    runner, text = run_playbook(str(work / "play.yml"), work, cmdline=cmdline, extravars={"cases": cases})
+    return runner, text, json.loads(out.read_text()) if out.exists() else None
+
+
 def failures(runner):
     """{task name: msg} of every failed task in a runner's events."""
     return {event["event_data"].get("task"): event["event_data"].get("res", {}).get("msg")

@@ -2,10 +2,9 @@
 floor, a release without a known amdgpu driver, a row without a default, a version that is not
 digits and dots. The role runs against the controller in --check mode through ansible-runner; all
 cases in one playbook run (each a rescued include), to keep the suite's minutes."""
-import json
 
 import pytest
-from helpers import run_playbook
+from helpers import run_cases
 
 MI355X = {"profile": "mi355x", "gpu": {"vendor": "amd", "model": "MI355X", "count": 8, "rocm_floor": "7.2",
                                        "rocm_default": "7.2"}}
@@ -28,67 +27,37 @@ CASES = {
         {"amd_rocm_version": "7.2\n", "amd_rocm_amdgpu_version": "30.30"}, MI355X,
         ["needs ROCm >= 7.2"]),
 }
-CASE_TASKS = """- name: One case
-  block:
-    - name: The role, told a release
-      ansible.builtin.include_role:
-        name: amd_rocm
-      vars:
-        serving_spec: "{{ case.spec }}"
-        amd_rocm_apt_repositories: "{{ loopback }}"
-        amd_rocm_version: "{{ case.vars.amd_rocm_version }}"
-        amd_rocm_amdgpu_version: "{{ case.vars.amd_rocm_amdgpu_version | default('') }}"
-      when: case.vars.amd_rocm_version is defined
-    - name: The role, with its own default (the row's)
-      ansible.builtin.include_role:
-        name: amd_rocm
-      vars:
-        serving_spec: "{{ case.spec }}"
-        amd_rocm_apt_repositories: "{{ loopback }}"
-      when: case.vars.amd_rocm_version is not defined
-    - name: Not refused
-      ansible.builtin.set_fact:
-        outcome: "{{ outcome + ['NOT REFUSED'] }}"
-  rescue:
-    - name: Refused
-      ansible.builtin.set_fact:
-        outcome: "{{ outcome + [ansible_failed_task.name ~ ': ' ~ ansible_failed_result.msg] }}"
-"""
-PLAY = """- hosts: localhost
-  connection: local
-  gather_facts: true
+CASE_TASKS = """
+- name: The role, told a release
+  ansible.builtin.include_role:
+    name: amd_rocm
   vars:
-    outcome: []
-    # Never AMD's servers: should a case get past the check, its repositories are a closed loopback port.
-    loopback:
-      amdgpu: {url: "http://127.0.0.1:9/amdgpu/ubuntu"}
-      rocm: {url: "http://127.0.0.1:9/rocm/apt"}
-    amd_rocm_apt_timeout: 2
-  tasks:
-    - name: Every case
-      ansible.builtin.include_tasks: case.yml
-      loop: "{{ cases }}"
-      loop_control:
-        loop_var: case
-    - name: Keep the outcomes
-      ansible.builtin.copy:
-        content: "{{ outcome | to_json }}"
-        dest: "{{ out }}"
-        mode: "0600"
-      check_mode: false
+    serving_spec: "{{ case.spec }}"
+    amd_rocm_apt_repositories: "{{ loopback }}"
+    amd_rocm_version: "{{ case.vars.amd_rocm_version }}"
+    amd_rocm_amdgpu_version: "{{ case.vars.amd_rocm_amdgpu_version | default('') }}"
+  when: case.vars.amd_rocm_version is defined
+- name: The role, with its own default (the row's)
+  ansible.builtin.include_role:
+    name: amd_rocm
+  vars:
+    serving_spec: "{{ case.spec }}"
+    amd_rocm_apt_repositories: "{{ loopback }}"
+  when: case.vars.amd_rocm_version is not defined
 """
+# Never AMD's servers: should a case get past the check, its repositories are a closed loopback port.
+PLAY_VARS = {"loopback": {"amdgpu": {"url": "http://127.0.0.1:9/amdgpu/ubuntu"},
+                          "rocm": {"url": "http://127.0.0.1:9/rocm/apt"}},
+             "amd_rocm_apt_timeout": 2}
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("amd")
-    (tmp / "case.yml").write_text(CASE_TASKS)
-    (tmp / "play.yml").write_text(PLAY)
     cases = [{"vars": v, "spec": spec} for v, spec, _ in CASES.values()]
-    runner, text = run_playbook(str(tmp / "play.yml"), tmp, cmdline="--check",
-                                extravars={"cases": cases, "out": str(tmp / "out.json")})
+    runner, text, said = run_cases(tmp, CASE_TASKS, cases, play_vars=PLAY_VARS, cmdline="--check")
     assert runner.rc == 0, text[-2000:]
-    return dict(zip(CASES, json.loads((tmp / "out.json").read_text())))
+    return dict(zip(CASES, said))
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -13,11 +13,10 @@ rendering the templates the roles had before this role existed (roles/nvidia_dri
 nvidia-driver.pref.j2 and roles/amd_rocm/templates/amd-rocm.pref.j2 at commit 2aa36b4) with the
 packages and repositories of CASES below: the role must write the same bytes.
 """
-import json
 import pathlib
 
 import pytest
-from helpers import http_files, run_playbook
+from helpers import http_files, run_cases
 
 SOURCES_TASK = "Write the apt sources (deb822, signed by their keys)"
 PREF_TASK = "Write the apt preferences (the pins that go with a repository)"
@@ -136,43 +135,17 @@ CASES = {
          "not answer within 3 s ({base}/rocm/apt/7.2/dists/jammy/Release: status 404",
          "Set amd_rocm_apt_repositories.rocm.url to a reachable mirror"]),
 }
-CASE_TASKS = """- name: One case
-  block:
-    - name: The node's architecture
-      ansible.builtin.set_fact:
-        ansible_facts: "{{ ansible_facts | combine({'architecture': case.arch}) }}"
-    - name: The role
-      ansible.builtin.include_role:
-        name: apt_repository
-      vars:
-        apt_repository_caller: "{{ case.caller }}"
-        apt_repository_timeout: 3
-        apt_repository_entries: "{{ case.entries }}"
-    - name: Not refused
-      ansible.builtin.set_fact:
-        outcome: "{{ outcome + ['ok'] }}"
-  rescue:
-    - name: Refused
-      ansible.builtin.set_fact:
-        outcome: "{{ outcome + [ansible_failed_task.name ~ ': ' ~ ansible_failed_result.msg] }}"
-"""
-PLAY = """- hosts: localhost
-  connection: local
-  gather_facts: true
+CASE_TASKS = """
+- name: The node's architecture
+  ansible.builtin.set_fact:
+    ansible_facts: "{{ ansible_facts | combine({'architecture': case.arch}) }}"
+- name: The role
+  ansible.builtin.include_role:
+    name: apt_repository
   vars:
-    outcome: []
-  tasks:
-    - name: Every case
-      ansible.builtin.include_tasks: case.yml
-      loop: "{{ cases }}"
-      loop_control:
-        loop_var: case
-    - name: Keep the outcomes
-      ansible.builtin.copy:
-        content: "{{ outcome | to_json }}"
-        dest: "{{ out }}"
-        mode: "0600"
-      check_mode: false
+    apt_repository_caller: "{{ case.caller }}"
+    apt_repository_timeout: 3
+    apt_repository_entries: "{{ case.entries }}"
 """
 
 
@@ -191,15 +164,12 @@ def _with_base(value, base):
 def run(tmp_path_factory):
     """{case: outcome}, {file name: text the role would write}, and the server's base URL."""
     tmp = tmp_path_factory.mktemp("apt_repository")
-    (tmp / "case.yml").write_text(CASE_TASKS)
-    (tmp / "play.yml").write_text(PLAY)
     with http_files(dict(SERVED)) as base:
         cases = [{"arch": arch, "caller": caller, "entries": _with_base(entries, base)}
                  for arch, caller, entries, _ in CASES.values()]
-        runner, text = run_playbook(str(tmp / "play.yml"), tmp, cmdline="--check --diff",
-                                    extravars={"cases": cases, "out": str(tmp / "out.json")})
+        runner, text, said = run_cases(tmp, CASE_TASKS, cases, cmdline="--check --diff")
     assert runner.rc == 0, text[-3000:]
-    outcomes = dict(zip(CASES, json.loads((tmp / "out.json").read_text())))
+    outcomes = dict(zip(CASES, said))
     written = {}
     for event in runner.events:
         data = event.get("event_data", {})
