@@ -11,11 +11,15 @@ module: apt_signing_key
 short_description: Install an apt repository's signing key only if its fingerprints are pinned
 description:
   - Downloads the OpenPGP public key file of an apt repository (armored or binary), reads the
-    fingerprints of its primary keys without gpg, and writes it to O(dest) (for C(Signed-By))
+    fingerprints of its primary keys without gpg, and writes its key to O(dest) (for C(Signed-By))
     only if every primary key is in O(fingerprints). Trust ends at the pinned fingerprint, never
     at whatever the mirror serves. A key file with another key, or with an extra key beside the
     pinned one, is refused and O(dest) is left as it was.
-  - The file is written atomically and only when its bytes differ from O(dest).
+  - Every byte of the file must belong to the checked key, since apt's own reading is laxer than
+    the check, so a second armored block under another label or a BEGIN line with a trailing blank
+    is refused, as is text outside the blocks or a packet that no public key file holds.
+  - O(dest) receives the checked packets armored again, never the bytes as served, atomically and
+    only when they differ from what O(dest) holds.
 version_added: "1.0.0"
 options:
   url:
@@ -82,23 +86,26 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mm3.shared.plugins.module_utils.openpgp import KeyFileError, normalise_fingerprint, pin_problem, primary_fingerprints
+from ansible_collections.mm3.shared.plugins.module_utils.openpgp import KeyFileError, armor, checked_key, normalise_fingerprint, pin_problem
 from ansible.module_utils.urls import fetch_url
 
 
 def decide(data, pinned, url, name):
-    """(fingerprints, refusal or None) for the bytes `data` served at `url`."""
+    """(fingerprints, refusal or None, keyring) for the bytes `data` served at `url`: the keyring
+    is the checked packets, armored again, never the bytes as served (apt would also trust a key
+    the check did not read)."""
     try:
-        found = primary_fingerprints(data)
+        checked, found = checked_key(data)
     except KeyFileError as exc:
-        return [], ("%s does not serve an OpenPGP public key (%s): check the repository's key_url." % (url, exc))
+        return [], ("%s does not serve an OpenPGP public key file and nothing else (%s): fetch the "
+                    "vendor's key file unchanged, or fix key_url." % (url, exc)), None
     problem = pin_problem(found, pinned)
     if problem:
         return found, ("The signing key served at %s is not trusted: %s. Nothing was written. If the "
                        "vendor rotated its key, check the new fingerprint against the vendor's own "
                        "documentation and add it to %s; otherwise the mirror serves another key "
-                       "(fix the mirror or key_url)." % (url, problem, name))
-    return found, None
+                       "(fix the mirror or key_url)." % (url, problem, name)), None
+    return found, None, armor(checked)
 
 
 def main():
@@ -125,19 +132,19 @@ def main():
         module.fail_json(msg="Could not fetch the signing key %s (HTTP %s: %s): check key_url and the "
                              "route to the mirror." % (p["url"], info.get("status"), info.get("msg", "")))
     data = resp.read()
-    found, refusal = decide(data, pinned, p["url"], p["name"])
+    found, refusal, keyring = decide(data, pinned, p["url"], p["name"])
     digest = hashlib.sha256(data).hexdigest()
     if refusal:
         module.fail_json(msg=refusal, fingerprints=found, sha256=digest)
     try:
         with open(p["dest"], "rb") as f:
-            changed = f.read() != data
+            changed = f.read() != keyring
     except OSError:
         changed = True
     if changed and not module.check_mode:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p["dest"]) or ".", prefix=".apt-signing-key.")
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            f.write(keyring)
         os.chmod(tmp, 0o644)
         module.atomic_move(tmp, p["dest"])
     module.exit_json(changed=changed, fingerprints=found, sha256=digest)

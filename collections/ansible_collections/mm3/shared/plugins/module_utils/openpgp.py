@@ -13,6 +13,8 @@ import hashlib
 import re
 
 PUBLIC_KEY_TAG = 6
+# signature, public key, user ID, public subkey, user attribute
+KEY_FILE_TAGS = frozenset((2, 6, 13, 14, 17))
 ARMOR_RE = re.compile(
     rb"-----BEGIN PGP PUBLIC KEY BLOCK-----\r?\n(.*?)\r?\n-----END PGP PUBLIC KEY BLOCK-----", re.S)
 FINGERPRINT_RE = re.compile(r"^(?:[0-9A-F]{40}|[0-9A-F]{64})$")
@@ -33,15 +35,26 @@ def normalise_fingerprint(text):
 
 def dearmor(data):
     """The binary packets of an armored key file (every armored block, in order), or `data`
-    itself when it is already binary. The armor checksum, where present, must match."""
+    itself when it is already binary. The armor checksum, where present, must match.
+
+    Every byte must belong to a block headed exactly `-----BEGIN PGP PUBLIC KEY BLOCK-----`
+    (whitespace between blocks aside): apt's own dearmoring is laxer than this and trusts a key in
+    a block whose BEGIN line has a trailing blank or another label (MESSAGE, ARMORED FILE), so a
+    file that carries one beside the pinned key is refused, not read around."""
     if not data.lstrip().startswith(b"-----BEGIN"):
         return data
-    blocks = ARMOR_RE.findall(data)
+    blocks = list(ARMOR_RE.finditer(data))
     if not blocks:
         raise KeyFileError("armored text without a complete PUBLIC KEY BLOCK")
+    outside = b"".join(data[end:start] for end, start in zip(
+        [0] + [m.end() for m in blocks], [m.start() for m in blocks] + [len(data)]))
+    if outside.strip():
+        first = outside.strip().split(b"\n")[0][:60]
+        raise KeyFileError("the file holds text outside its PUBLIC KEY BLOCKs (%r): apt would read a key "
+                           "from it that no pin checked" % first)
     out = b""
-    for block in blocks:
-        lines = block.replace(b"\r", b"").split(b"\n")
+    for match in blocks:
+        lines = match.group(1).replace(b"\r", b"").split(b"\n")
         # armor headers (e.g. Comment:) end at the first blank line
         if b"" in lines and any(b": " in line for line in lines[:lines.index(b"")]):
             lines = lines[lines.index(b"") + 1:]
@@ -57,6 +70,16 @@ def dearmor(data):
             raise KeyFileError("armor checksum does not match the key's bytes (a corrupted or edited key)")
         out += packets
     return out
+
+
+def armor(packets_data):
+    """The ASCII armor of binary key packets (RFC 9580 section 6.2), as `gpg --armor --export`
+    writes it: 64 base64 characters a line, the CRC-24 checksum, no headers."""
+    text = base64.b64encode(packets_data)
+    lines = [text[i:i + 64] for i in range(0, len(text), 64)]
+    return (b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\n" + b"\n".join(lines) + b"\n="
+            + base64.b64encode(crc24(packets_data).to_bytes(3, "big"))
+            + b"\n-----END PGP PUBLIC KEY BLOCK-----\n")
 
 
 def crc24(data):
@@ -120,12 +143,22 @@ def fingerprint(body):
     raise KeyFileError("public key version %d is not supported (v4, v5 and v6 are)" % version)
 
 
-def primary_fingerprints(data):
-    """Fingerprints of the primary keys (tag 6; subkeys are tag 14) of a key file, in order."""
-    found = [fingerprint(body) for tag, body in packets(dearmor(data)) if tag == PUBLIC_KEY_TAG]
-    if not found:
+def checked_key(data):
+    """(binary packets, primary fingerprints) of a public key file whose every packet belongs to a
+    transferable public key (RFC 9580 section 10.1: a primary key first, then user IDs and
+    attributes, subkeys and their signatures); KeyFileError on anything else. The packets are
+    what a keyring written from this file may hold: nothing the check did not read."""
+    data = dearmor(data)
+    parsed = packets(data)
+    if not parsed:
         raise KeyFileError("no public key in the file")
-    return found
+    if parsed[0][0] != PUBLIC_KEY_TAG:
+        raise KeyFileError("the file starts with a packet of type %d, not a public key" % parsed[0][0])
+    other = sorted({tag for tag, _ in parsed} - KEY_FILE_TAGS)
+    if other:
+        raise KeyFileError("the file holds packet type(s) %s, which a public key file does not"
+                           % ", ".join(str(t) for t in other))
+    return data, [fingerprint(body) for tag, body in parsed if tag == PUBLIC_KEY_TAG]
 
 
 def pin_problem(found, pinned):
