@@ -166,8 +166,7 @@ def test_main_refuses_a_missing_key_and_an_empty_pin(key_server, tmp_path, capsy
 def attacker(tmp_path_factory):
     """A test key made here with the real gpg ("mm3 test attacker key", never a vendor's), and a
     GNUPGHOME that holds its secret half, to sign with."""
-    if not shutil.which("gpg"):
-        pytest.skip("gpg is not installed")
+    assert shutil.which("gpg"), "gpg is missing: scripts/bootstrap.sh installs it (apt-get install gpg)"
     home = tmp_path_factory.mktemp("gnupg")
     home.chmod(0o700)
     env = dict(os.environ, GNUPGHOME=str(home))
