@@ -77,6 +77,12 @@ options:
     type: list
     elements: str
     default: []
+  verified_stats:
+    description:
+      - With O(files), the RV(stats) of the earlier full pass of the same run; every manifest file
+        not re-hashed must still have that size and mtime, or nothing is marked verified. Without
+        it, the stats the existing marker recorded are used; with neither, the repair is refused.
+    type: dict
   fail_on_mismatch:
     description: Fail the task when a file is failed or missing (the results are returned either way).
     type: bool
@@ -175,6 +181,17 @@ marker_removed:
   description: A stale marker was (or would be) removed.
   type: bool
   returned: always
+changed_files:
+  description: Files whose size or mtime moved while or since they were verified (each with both
+    states); any of them keeps the marker withheld.
+  type: list
+  elements: str
+  returned: always
+stats:
+  description: '{path: [size, mtime_ns]} of each file hashed by this run, as it was when hashed
+    (what a repair passes back as O(verified_stats)).'
+  type: dict
+  returned: always
 """
 
 import datetime
@@ -201,13 +218,14 @@ from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
 
 
 def _hash_one(args):
-    """Worker: (relpath, fullpath, buffer_size, readahead) -> (relpath, digest or None, bytes, error)."""
+    """Worker: (relpath, fullpath, buffer_size, readahead) -> (relpath, digest or None, bytes,
+    error, [size, mtime_ns] of the state hashed or None)."""
     rel, full, buffer_size, readahead = args
     try:
-        digest, nbytes = sha256_file(full, buffer_size, readahead)
-        return rel, digest, nbytes, None
+        digest, nbytes, stat = sha256_file(full, buffer_size, readahead)
+        return rel, digest, nbytes, None, stat
     except OSError as exc:
-        return rel, None, 0, str(exc)
+        return rel, None, 0, str(exc), None
 
 
 def plan_hashing(entries, present, only, sizes):
@@ -221,31 +239,63 @@ def plan_hashing(entries, present, only, sizes):
 
 
 def hash_files(root, relpaths, workers, buffer_size, readahead=True):
-    """Hash files in parallel processes. Returns ({relpath: digest or None}, bytes, errors)."""
-    digests, errors, total = {}, {}, 0
+    """Hash files in parallel processes. Returns ({relpath: digest or None}, bytes, errors,
+    {relpath: [size, mtime_ns] of the state that was hashed})."""
+    digests, errors, stats, total = {}, {}, {}, 0
     jobs = [(rel, os.path.join(root, rel), buffer_size, readahead) for rel in relpaths]
     if not jobs:
-        return digests, 0, errors
+        return digests, 0, errors, stats
     workers = max(1, min(workers, len(jobs)))
     if workers == 1:
         results = map(_hash_one, jobs)
-        for rel, digest, nbytes, err in results:
+    else:
+        ctx = multiprocessing.get_context("fork")
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        results = pool.map(_hash_one, jobs, chunksize=1)
+    try:
+        for rel, digest, nbytes, err, stat in results:
             digests[rel], total = digest, total + nbytes
             if err:
                 errors[rel] = err
-        return digests, total, errors
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        for rel, digest, nbytes, err in pool.map(_hash_one, jobs, chunksize=1):
-            digests[rel], total = digest, total + nbytes
-            if err:
-                errors[rel] = err
-    return digests, total, errors
+            else:
+                stats[rel] = stat
+    finally:
+        if workers > 1:
+            pool.shutdown()
+    return digests, total, errors, stats
 
 
-def mismatch_message(root, outcome):
+def moved_since_hashed(now, hashed, vouched):
+    """Files whose [size, mtime_ns] now differs from the state that was hashed (`hashed`) or, for a
+    file this run did not hash, from the state an earlier pass verified (`vouched`): each as
+    'path (what it was -> what it is)'. A file with no vouched state at all is listed too: a marker
+    may only record states whose bytes were hashed."""
+    moved = []
+    for path in sorted(now):
+        was = hashed.get(path, vouched.get(path))
+        if was != now[path]:
+            moved.append("%s (%s -> %s)" % (path, "not verified" if was is None else "size %s, mtime_ns %s"
+                                             % tuple(was), "size %s, mtime_ns %s" % tuple(now[path])))
+    return moved
+
+
+def previous_stats(marker_text):
+    """{relpath: [size, mtime_ns]} a marker recorded, or {} (none, unreadable, older format)."""
+    try:
+        doc = json.loads(marker_text) if marker_text else None
+    except ValueError:
+        return {}
+    stats = doc.get("stats") if isinstance(doc, dict) else None
+    return stats if isinstance(stats, dict) else {}
+
+
+def mismatch_message(root, outcome, moved=()):
     """What differs from the manifest, and the way out."""
     parts = []
+    if moved:
+        parts.append("%d file(s) changed while or since they were verified (%s): nothing may be marked "
+                     "verified from bytes that are no longer there; run a full verification (no files) "
+                     "once nothing writes to the directory" % (len(moved), "; ".join(moved[:10])))
     if outcome["failed_files"] or outcome["missing_files"]:
         parts.append("%d failed (%s), %d missing (%s): re-sync these files"
                      % (len(outcome["failed_files"]), ", ".join(outcome["failed_files"][:10]),
@@ -271,6 +321,7 @@ def main():
             buffer_size=dict(type="int", default=16777216),
             readahead=dict(type="bool", default=True),
             files=dict(type="list", elements="str", default=[]),
+            verified_stats=dict(type="dict"),
             fail_on_mismatch=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -322,7 +373,7 @@ def main():
     todo = plan_hashing(entries, present, only, sizes)
 
     start = time.monotonic()
-    digests, nbytes, errors = hash_files(root, todo, workers, p["buffer_size"], p["readahead"])
+    digests, nbytes, errors, hashed = hash_files(root, todo, workers, p["buffer_size"], p["readahead"])
     seconds = max(time.monotonic() - start, 1e-9)
 
     if only:
@@ -343,8 +394,17 @@ def main():
         except OSError:
             marker_text = ""
     marker_written = marker_removed = False
+    moved = []
     if outcome["ok"]:
+        # The marker records the states whose bytes were hashed: a file hashed here must still be
+        # as it was hashed, and in a repair every other file as the earlier pass verified it
+        # (verified_stats from that pass's result, else the marker it left).
         stats = file_stats(root, sorted(names))
+        vouched = p["verified_stats"] if p["verified_stats"] is not None else previous_stats(marker_text)
+        moved = moved_since_hashed(stats, hashed, vouched if only else {})
+        if moved:
+            outcome["ok"] = False
+    if outcome["ok"]:
         if not marker_valid(marker_text, manifest_sha256, root, header.get("repo"), header.get("revision"),
                             stats):
             marker_written = True
@@ -382,9 +442,11 @@ def main():
         revision=header.get("revision"),
         marker_written=marker_written,
         marker_removed=marker_removed,
+        changed_files=moved,
+        stats=hashed,
     )
     if not outcome["ok"] and p["fail_on_mismatch"]:
-        module.fail_json(msg=mismatch_message(root, outcome), **result)
+        module.fail_json(msg=mismatch_message(root, outcome, moved), **result)
     module.exit_json(**result)
 
 

@@ -97,7 +97,9 @@ def test_sha256_file_small_buffer(tmp_path):
     data = os.urandom(300_000)
     f = tmp_path / "x"
     f.write_bytes(data)
-    assert common.sha256_file(str(f), 65536) == (hashlib.sha256(data).hexdigest(), len(data))
+    st = f.stat()
+    assert common.sha256_file(str(f), 65536) == (hashlib.sha256(data).hexdigest(), len(data),
+                                                 [st.st_size, st.st_mtime_ns])
 
 
 @pytest.mark.parametrize("size", [0, 65536, 65537, 300_000])
@@ -111,9 +113,9 @@ def test_sha256_file_reads_ahead_one_buffer_and_hashes_the_same(tmp_path, monkey
     real = os.posix_fadvise
     monkeypatch.setattr(common.os, "posix_fadvise", lambda fd, off, n, advice: calls.append((off, n, advice))
                         or real(fd, off, n, advice))
-    assert common.sha256_file(str(f), 65536, readahead=False) == (hashlib.sha256(data).hexdigest(), size)
+    assert common.sha256_file(str(f), 65536, readahead=False)[:2] == (hashlib.sha256(data).hexdigest(), size)
     assert calls == []
-    assert common.sha256_file(str(f), 65536) == (hashlib.sha256(data).hexdigest(), size)
+    assert common.sha256_file(str(f), 65536)[:2] == (hashlib.sha256(data).hexdigest(), size)
     assert calls[0] == (0, 0, os.POSIX_FADV_SEQUENTIAL)
     willneed = [(off, n) for off, n, advice in calls if advice == os.POSIX_FADV_WILLNEED]
     reads = -(-size // 65536) + 1                        # every read, the last one returning 0
@@ -208,15 +210,93 @@ def test_verify_main_flipped_byte_missing_extra_removes_marker(tmp_path, capsys)
 
 def test_verify_main_subset_for_repair(tmp_path, capsys):
     wdir, man, marker = _make_dir(tmp_path)
-    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
-            "files": ["model-00001.safetensors"], "manifest_sha256": _pin(man)}
+    full = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
+            "manifest_sha256": _pin(man), "fail_on_mismatch": False}
+    shard = wdir / "model-00001.safetensors"
+    good = shard.read_bytes()
+    shard.write_bytes(b"x" + good[1:])
+    _run(verify, full)
+    first = _result(capsys)
+    assert first["failed_files"] == ["model-00001.safetensors"] and sorted(first["stats"]) == sorted(
+        ["model-00001.safetensors", "model-00002.safetensors", "model-00003.safetensors", "sub/modeling.py"])
+    shard.write_bytes(good)                      # the repair re-syncs the failed file
+    args = dict(full, files=["model-00001.safetensors"], verified_stats=first["stats"])
     _run(verify, args)
     res = _result(capsys)
-    assert res["verified"] and res["files_hashed"] == 1 and res["bytes_hashed"] == 200_000
+    assert res["verified"] and res["files_hashed"] == 1 and res["bytes_hashed"] == 200_000, res
+    assert json.loads(marker.read_text())["stats"] == common.file_stats(str(wdir), sorted(first["stats"]))
     (wdir / "sub" / "modeling.py").unlink()      # absence still counts in a subset run
-    _run(verify, dict(args, fail_on_mismatch=False))
+    _run(verify, args)
     res = _result(capsys)
     assert res["missing_files"] == ["sub/modeling.py"] and not marker.exists()
+
+
+def test_a_repair_marks_nothing_verified_that_no_pass_hashed(tmp_path, capsys):
+    """files=[a] vouches only for a; every other file must be as an earlier pass hashed it: a file
+    rewritten meanwhile (same size), or a repair with no earlier pass, writes no marker."""
+    wdir, man, marker = _make_dir(tmp_path)
+    full = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
+            "manifest_sha256": _pin(man), "fail_on_mismatch": False}
+    _run(verify, dict(full, files=["model-00001.safetensors"]))
+    res = _result(capsys)
+    assert not res["verified"] and not marker.exists()
+    assert "model-00002.safetensors (not verified -> size 200000" in " ".join(res["changed_files"])
+    _run(verify, full)
+    stats = _result(capsys)["stats"]
+    other = wdir / "model-00002.safetensors"
+    other.write_bytes(os.urandom(200_000))       # not the bytes the full pass hashed
+    os.utime(other, ns=(stats["model-00002.safetensors"][1] + 10**9,) * 2)
+    _run(verify, dict(full, files=["model-00001.safetensors"], verified_stats=stats, fail_on_mismatch=True))
+    res = _result(capsys)
+    assert res["failed"] and not res["verified"] and not marker.exists(), res
+    assert res["changed_files"][0].startswith("model-00002.safetensors (size 200000, mtime_ns %d -> size 200000"
+                                              % stats["model-00002.safetensors"][1])
+    assert "changed while or since they were verified" in res["msg"] and "run a full verification" in res["msg"]
+
+
+def test_a_file_written_while_it_is_hashed_gets_no_marker(tmp_path, capsys, monkeypatch):
+    """The real hashing loop, with a writer appending to the file between two of its reads (the
+    readahead call is the hook): the digest is of no one state, so the file fails, no marker."""
+    wdir, man, marker = _make_dir(tmp_path)
+    shard = wdir / "model-00002.safetensors"
+    real, calls = os.posix_fadvise, []
+
+    def writer(fd, off, n, advice):
+        calls.append(off)
+        if len(calls) == 3:
+            with open(shard, "ab") as f:
+                f.write(b"late")
+        return real(fd, off, n, advice)
+    monkeypatch.setattr(common.os, "posix_fadvise", writer)
+    with pytest.raises(common.ChangedWhileHashed, match="changed while it was hashed"):
+        common.sha256_file(str(shard), 65536)
+    shard.write_bytes(shard.read_bytes()[:-4])
+    calls.clear()
+    monkeypatch.setattr(verify, "plan_hashing", lambda *a: ["model-00002.safetensors", "model-00001.safetensors",
+                                                           "model-00003.safetensors", "sub/modeling.py"])
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
+                  "buffer_size": 65536, "manifest_sha256": _pin(man), "fail_on_mismatch": False})
+    res = _result(capsys)
+    assert not res["verified"] and not marker.exists() and "model-00002.safetensors" in res["failed_files"]
+    assert "changed while it was hashed" in res["read_errors"]["model-00002.safetensors"]
+
+
+def test_a_file_changed_after_it_was_hashed_gets_no_marker(tmp_path, capsys, monkeypatch):
+    """Hashed intact, then rewritten before the marker is written: the marker would record the
+    new size and mtime beside the old digest, and the unit's re-check accept the new bytes."""
+    wdir, man, marker = _make_dir(tmp_path)
+    real = verify.hash_files
+
+    def then_rewrite(*args, **kwargs):
+        out = real(*args, **kwargs)
+        (wdir / "model-00003.safetensors").write_bytes(os.urandom(200_000))
+        return out
+    monkeypatch.setattr(verify, "hash_files", then_rewrite)
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
+                  "manifest_sha256": _pin(man)})
+    res = _result(capsys)
+    assert res["failed"] and not res["verified"] and not marker.exists()
+    assert res["changed_files"] and res["changed_files"][0].startswith("model-00003.safetensors (size 200000")
 
 
 @pytest.mark.parametrize("change,needle", [
@@ -284,7 +364,7 @@ def test_verify_main_refuses_a_manifest_that_is_not_the_pinned_one(tmp_path, cap
     else:
         man.write_text(man.read_text().replace("# revision: " + "a" * 40, "# revision: " + "b" * 40))
     hashed = []
-    monkeypatch.setattr(verify, "hash_files", lambda *a, **k: hashed.append(a) or ({}, 0, {}))
+    monkeypatch.setattr(verify, "hash_files", lambda *a, **k: hashed.append(a) or ({}, 0, {}, {}))
     _run(verify, args)
     res = _result(capsys)
     assert res["failed"] and res["verified"] is False and res["marker_removed"] and not marker.exists()

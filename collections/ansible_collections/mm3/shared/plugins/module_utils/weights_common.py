@@ -192,8 +192,22 @@ def git_blob_sha1(data):
     return h.hexdigest()
 
 
+class ChangedWhileHashed(OSError):
+    """A file whose inode, size, mtime or ctime moved while it was read: its digest is of no one
+    state of the file, so nothing may be marked verified from it."""
+
+
+def stat_identity(st):
+    """What must not move while a file is hashed: device, inode, size, mtime and ctime (ctime
+    also moves on a write that restores the mtime, which only the owner or root can do)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def sha256_file(path, buffer_size=DEFAULT_BUFFER, readahead=True):
-    """sha256 of a file with one reused buffer (bounded memory). Returns (hexdigest, bytes).
+    """sha256 of a file with one reused buffer (bounded memory). Returns (hexdigest, bytes, stat):
+    stat is [size, mtime_ns] of the open file (as file_stats records it), taken before the first
+    read and found unchanged after the last one; ChangedWhileHashed otherwise, so a marker records
+    the state whose bytes were hashed, never a later one.
 
     readahead: before each read, ask the kernel (posix_fadvise WILLNEED) to start reading the
     buffer after it, so that the disk works on the next chunk while this one is hashed (a cold
@@ -205,6 +219,7 @@ def sha256_file(path, buffer_size=DEFAULT_BUFFER, readahead=True):
     total = 0
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
+        before = os.fstat(fd)
         advise = readahead and hasattr(os, "posix_fadvise")
         if advise:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
@@ -216,7 +231,13 @@ def sha256_file(path, buffer_size=DEFAULT_BUFFER, readahead=True):
                 break
             h.update(view[:n])
             total += n
-    return h.hexdigest(), total
+        after = os.fstat(fd)
+    if stat_identity(before) != stat_identity(after) or total != before.st_size:
+        raise ChangedWhileHashed(
+            "%s changed while it was hashed (size %d -> %d, %d bytes read, mtime_ns %d -> %d): run the "
+            "verification again once nothing writes to it" % (
+                path, before.st_size, after.st_size, total, before.st_mtime_ns, after.st_mtime_ns))
+    return h.hexdigest(), total, [before.st_size, before.st_mtime_ns]
 
 
 def sha256_text(data):
