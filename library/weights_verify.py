@@ -77,6 +77,14 @@ options:
     type: list
     elements: str
     default: []
+  tool_dirs:
+    description:
+      - Directories at the top that belong to the download or the transfer and are not reported
+        (the hub client's C(.cache), rsync's partial directories). A node's copy passes none, so a
+        C(.cache/) there is an extra entry like any other.
+    type: list
+    elements: str
+    default: [.cache, .rsync-partial, .~tmp~]
   verified_stats:
     description:
       - With O(files), the RV(stats) of the earlier full pass of the same run; every manifest file
@@ -133,7 +141,8 @@ missing_files:
   elements: str
   returned: always
 extra_files:
-  description: Files in the directory that the manifest does not name (refused unless extra_files=report).
+  description: Files in the directory that the manifest does not name, then every symlink, FIFO,
+    socket, device or hidden directory as 'path (what it is)' (refused unless extra_files=report).
   type: list
   elements: str
   returned: always
@@ -203,15 +212,16 @@ from concurrent.futures import ProcessPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
+    TOOL_DIRS,
     ManifestError,
     compare,
     file_stats,
-    list_files,
     manifest_header,
     marker_document,
     marker_valid,
     parse_manifest,
     pin_problem,
+    scan,
     sha256_file,
     sha256_text,
 )
@@ -322,6 +332,7 @@ def main():
             readahead=dict(type="bool", default=True),
             files=dict(type="list", elements="str", default=[]),
             verified_stats=dict(type="dict"),
+            tool_dirs=dict(type="list", elements="str", default=list(TOOL_DIRS)),
             fail_on_mismatch=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -353,7 +364,9 @@ def main():
         removed = os.path.exists(p["marker"])
         if removed and not module.check_mode:
             os.unlink(p["marker"])
-        module.fail_json(msg="%s: %s" % (p["manifest"], refusal) if refusal else problem,
+        # a manifest that cannot be read is said to be so first (it also fails its pin)
+        module.fail_json(msg="; ".join(m for m in (None if entries else problem,
+                                                   refusal and "%s: %s" % (p["manifest"], refusal)) if m),
                          manifest_sha256=manifest_sha256, verified=False, marker_removed=removed,
                          changed=removed)
 
@@ -363,7 +376,7 @@ def main():
     if unknown:
         module.fail_json(msg="files not in the manifest: %s" % ", ".join(unknown))
 
-    present = list_files(root)
+    present, odd = scan(root, tuple(p["tool_dirs"]))
     sizes = {}
     for rel in present & names:
         try:
@@ -383,6 +396,7 @@ def main():
             if path not in only and path in present:
                 digests[path] = digest
     outcome = compare(entries, digests, present)
+    outcome["extra_files"] += odd
     if outcome["extra_files"] and p["extra_files"] == "refuse":
         outcome["ok"] = False
 

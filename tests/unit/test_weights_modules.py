@@ -36,6 +36,8 @@ H2 = "b" * 64
     ("%s *model.safetensors\n" % H1, [("model.safetensors", H1)]),          # binary mode
     ("%s  a b.py\n%s  sub/c.json\n" % (H1, H2), [("a b.py", H1), ("sub/c.json", H2)]),
     ("# comment\n\n%s  x\r\n" % H1.upper(), [("x", H1)]),                  # case, CRLF, comments
+    # sha256sum splits at \n only: U+2028 is part of the name, not a second entry
+    ("%s  a\u2028%s  b\n" % (H1, H2), [("a\u2028%s  b" % H2, H1)]),
 ])
 def test_parse_manifest_accepts(text, expected):
     assert common.parse_manifest(text) == expected
@@ -45,7 +47,10 @@ def test_parse_manifest_accepts(text, expected):
     ("", "lists no files"),
     ("%s model\n" % H1[:63], "sha256sum format"),
     ("nothex  file\n", "sha256sum format"),
-    ("%s\tfile\n" % H1, "sha256sum format"),
+    ("%s\tfile\n" % H1, "control character"),
+    ("%s  a\x85%s  b\n" % (H1, H2), "line 1 holds a control character"),     # NEL: splitlines splits there
+    ("%s  a\r%s  b\n" % (H1, H2), "line 1 holds a control character"),
+    ("%s  a\n%s  b\x0c\n" % (H1, H2), "line 2 holds a control character"),
     ("%s  /etc/passwd\n" % H1, "relative"),
     ("%s  ../x\n" % H1, "relative"),
     ("%s  a//b\n" % H1, "relative"),
@@ -131,7 +136,9 @@ def test_plan_hashing_largest_first_and_subset():
 
 # --- weights_verify main() on real files -----------------------------------------------
 
-def _make_dir(tmp_path, n=4, size=200_000):
+def _make_dir(tmp_path, n=4, size=200_000, node=False):
+    """A revision directory, its manifest and marker path: as staging holds it (with the hub
+    client's .cache/, which the verifier leaves to the download) or, node=True, as a node's copy."""
     wdir = tmp_path / "weights"
     (wdir / "sub").mkdir(parents=True)
     lines = []
@@ -140,9 +147,9 @@ def _make_dir(tmp_path, n=4, size=200_000):
         data = os.urandom(size if i else 1000)
         (wdir / rel).write_bytes(data)
         lines.append("%s  %s\n" % (hashlib.sha256(data).hexdigest(), rel))
-    # tool dirs are ignored
-    (wdir / ".cache" / "huggingface").mkdir(parents=True)
-    (wdir / ".cache" / "huggingface" / "x.metadata").write_text("junk")
+    if not node:
+        (wdir / ".cache" / "huggingface").mkdir(parents=True)
+        (wdir / ".cache" / "huggingface" / "x.metadata").write_text("junk")
     man = tmp_path / "weights.manifest.sha256"
     man.write_text("# repo: org/tiny\n# revision: %s\n%s" % ("a" * 40, "".join(lines)))
     return wdir, man, tmp_path / "weights.verified.json"
@@ -229,6 +236,34 @@ def test_verify_main_subset_for_repair(tmp_path, capsys):
     _run(verify, args)
     res = _result(capsys)
     assert res["missing_files"] == ["sub/modeling.py"] and not marker.exists()
+
+
+@pytest.mark.parametrize("make,reported", [
+    (lambda w: (w / "passwd.py").symlink_to("/etc/passwd"), "passwd.py (symlink to /etc/passwd)"),
+    (lambda w: (w / "sub" / "root").symlink_to("/"), "sub/root (symlink to /)"),
+    (lambda w: os.mkfifo(w / "sub" / "pipe"), "sub/pipe (fifo)"),
+    (lambda w: (w / "sub" / ".git" / "hooks").mkdir(parents=True), "sub/.git/ (hidden directory)"),
+    (lambda w: (w / ".venv").mkdir(), ".venv/ (hidden directory)"),
+])
+def test_entries_that_are_no_regular_file_are_refused(tmp_path, capsys, make, reported):
+    """Everything in the directory is mounted into the engine: a symlink (to /etc/passwd, to /),
+    a FIFO or a hidden directory is no part of a model and was not reported."""
+    wdir, man, marker = _make_dir(tmp_path)
+    make(wdir)
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)})
+    res = _result(capsys)
+    assert res["failed"] and not res["verified"] and not marker.exists() and reported in res["extra_files"], res
+    assert "file(s) the manifest does not name (" in res["msg"] and reported in res["msg"]
+
+
+def test_a_cache_dir_is_the_downloads_on_staging_and_refused_in_a_nodes_copy(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)     # holds .cache/huggingface as hf download leaves it
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)}
+    _run(verify, args)
+    assert _result(capsys)["verified"]
+    _run(verify, dict(args, tool_dirs=[]))
+    res = _result(capsys)
+    assert res["failed"] and res["extra_files"] == [".cache/ (hidden directory)"] and not marker.exists()
 
 
 def test_a_repair_marks_nothing_verified_that_no_pass_hashed(tmp_path, capsys):
@@ -320,6 +355,19 @@ def test_verify_main_bad_manifest(tmp_path, capsys):
     _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)})
     res = _result(capsys)
     assert res["failed"] and "not usable" in res["msg"]
+
+
+def test_a_malformed_manifest_is_called_malformed_first(tmp_path, capsys):
+    """It used to be reported as the manifest of another repository (its header could not be
+    read either): the line that cannot be read comes first, the pin's verdict after it."""
+    wdir, man, marker = _make_dir(tmp_path)
+    man.write_text("# repo: org/tiny\x01\n# revision: %s\n%s  a\n" % ("a" * 40, H1))
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man),
+                  "repo": "org/tiny", "revision": "a" * 40})
+    res = _result(capsys)
+    assert res["failed"] and res["msg"].startswith(
+        "manifest %s is not usable: line 1 holds a control character" % man), res["msg"]
+    assert "org/tiny" in res["msg"].split("; ", 1)[1]           # then the pin's verdict
 
 
 def test_verify_main_extra_file_refused_unless_report(tmp_path, capsys):
@@ -464,13 +512,17 @@ def _checker(wdir, man, marker, pin, repo="org/tiny", revision="a" * 40, user=No
     ("manifest and marker re-bound", "not to the pinned"),
     ("other revision", "the marker names revision"),
     ("marker removed", "no readable verified marker"),
+    ("a .cache/ in the node's copy", "files the manifest does not name: .cache/ (hidden directory)"),
+    ("symlink to /etc/passwd", "files the manifest does not name: passwd.py (symlink to /etc/passwd)"),
+    ("fifo", "files the manifest does not name: sub/pipe (fifo)"),
 ])
 def test_recheck_before_start(tmp_path, capsys, change, needle):
     """Every start of the engine re-checks, without hashing, that the directory is what was
     verified; each change below makes the unit refuse to start, naming what differs."""
-    wdir, man, marker = _make_dir(tmp_path)
+    wdir, man, marker = _make_dir(tmp_path, node=True)
     pin = _pin(man)
-    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pin})
+    _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pin,
+                  "tool_dirs": []})
     assert _result(capsys)["verified"]
     doc = json.loads(marker.read_text())
     assert set(doc["stats"]) == {"sub/modeling.py", "model-00001.safetensors", "model-00002.safetensors",
@@ -494,6 +546,12 @@ def test_recheck_before_start(tmp_path, capsys, change, needle):
         revision = "b" * 40
     elif change == "marker removed":
         marker.unlink()
+    elif change == "a .cache/ in the node's copy":
+        (wdir / ".cache" / "huggingface").mkdir(parents=True)
+    elif change == "symlink to /etc/passwd":
+        (wdir / "passwd.py").symlink_to("/etc/passwd")
+    elif change == "fifo":
+        os.mkfifo(wdir / "sub" / "pipe")
     proc = _checker(wdir, man, marker, pin, revision=revision)
     if needle is None:
         assert proc.returncode == 0 and "unchanged since verification" in proc.stdout, proc.stderr
@@ -505,8 +563,9 @@ def test_recheck_before_start(tmp_path, capsys, change, needle):
 def test_touched_file_that_still_verifies_gets_a_fresh_marker(tmp_path, capsys):
     """A copy whose bytes are right but whose mtimes moved (a restore, an rsync -t) verifies
     again and the marker is rewritten with the new stats, so the start check passes."""
-    wdir, man, marker = _make_dir(tmp_path)
-    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man)}
+    wdir, man, marker = _make_dir(tmp_path, node=True)
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": _pin(man),
+            "tool_dirs": []}
     _run(verify, args)
     _result(capsys)
     os.utime(wdir / "model-00001.safetensors", ns=(0, 2_000_000_000))
@@ -557,11 +616,11 @@ def test_access_paths_name_every_directory_on_the_way_once():
 
 
 def _verified(tmp_path, capsys):
-    """A directory weights_verify verified, its manifest, marker and pin."""
-    wdir, man, marker = _make_dir(tmp_path)
+    """A node's copy weights_verify verified, its manifest, marker and pin."""
+    wdir, man, marker = _make_dir(tmp_path, node=True)
     pin = _pin(man)
     _run(verify, {"path": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pin,
-                  "repo": "org/tiny", "revision": "a" * 40})
+                  "repo": "org/tiny", "revision": "a" * 40, "tool_dirs": []})
     assert _result(capsys)["verified"]
     return wdir, man, marker, pin
 

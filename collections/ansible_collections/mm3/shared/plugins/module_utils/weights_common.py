@@ -10,8 +10,9 @@ import hashlib
 import json
 import os
 import re
+import stat
 
-from ansible_collections.mm3.shared.plugins.module_utils.validation import is_sha256, whole_number
+from ansible_collections.mm3.shared.plugins.module_utils.validation import has_control, is_sha256, whole_number
 DEFAULT_BUFFER = 16 * 1024 * 1024
 
 # Paths inside a weights directory that belong to tools, never to the model:
@@ -33,8 +34,13 @@ def parse_manifest(text):
     """
     entries = []
     seen = set()
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.rstrip("\r")
+    # Lines as `sha256sum -c` reads them: split at \n only (str.splitlines would also split at
+    # \r, \x85, U+2028 and more, and so read entries sha256sum does not), a CRLF ending allowed.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if has_control(line):
+            raise ManifestError("line %d holds a control character (%r): sha256sum reads the line "
+                                "otherwise; regenerate the manifest" % (number, line[:120]))
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if line.startswith("\\"):
@@ -70,8 +76,8 @@ HEADER_VALUE_RE = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 def manifest_header(text):
     """The `# key: value` header of a manifest as a dict (keys in HEADER_KEYS only)."""
     header = {}
-    for raw in text.splitlines():
-        line = raw.rstrip("\r")
+    for raw in text.split("\n"):  # as parse_manifest reads lines
+        line = raw[:-1] if raw.endswith("\r") else raw
         if not line.strip():
             continue
         if not line.startswith("#"):
@@ -245,19 +251,45 @@ def sha256_text(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def list_files(root):
-    """Relative paths of regular files under root, tool directories excluded."""
-    found = set()
+def scan(root, tool_dirs=TOOL_DIRS):
+    """(regular files, odd entries) under root. Files: relative paths of regular files (no
+    symlink). Odd: every other entry the engine would see in the mounted directory, each as
+    'path (what it is)': a symlink (to anywhere: /etc/passwd, /), a FIFO, socket or device, and a
+    hidden directory (none is part of a model; `.cache/` on a node survives a sync that excludes
+    it). `tool_dirs` at the top are left out: the download's and rsync's own, where they belong
+    (staging); a node's copy passes none."""
+    found, odd = set(), []
     for dirpath, dirnames, filenames in os.walk(root):
         rel = os.path.relpath(dirpath, root)
-        if rel == ".":
-            dirnames[:] = [d for d in dirnames if d not in TOOL_DIRS]
-            rel = ""
+        rel = "" if rel == "." else rel
+        keep = []
+        for name in dirnames:
+            path = os.path.join(rel, name) if rel else name
+            if not rel and name in tool_dirs:
+                continue
+            if os.path.islink(os.path.join(dirpath, name)):
+                odd.append("%s (symlink to %s)" % (path, os.readlink(os.path.join(dirpath, name))))
+            elif name.startswith("."):
+                odd.append("%s/ (hidden directory)" % path)
+            else:
+                keep.append(name)
+        dirnames[:] = keep
         for name in filenames:
-            full = os.path.join(dirpath, name)
-            if os.path.isfile(full) and not os.path.islink(full):
-                found.add(os.path.join(rel, name) if rel else name)
-    return found
+            full, path = os.path.join(dirpath, name), os.path.join(rel, name) if rel else name
+            mode = os.lstat(full).st_mode
+            if stat.S_ISREG(mode):
+                found.add(path)
+            elif stat.S_ISLNK(mode):
+                odd.append("%s (symlink to %s)" % (path, os.readlink(full)))
+            else:
+                odd.append("%s (%s)" % (path, "fifo" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode)
+                                        else "device" if stat.S_ISBLK(mode) or stat.S_ISCHR(mode) else "special file"))
+    return found, sorted(odd)
+
+
+def list_files(root, tool_dirs=TOOL_DIRS):
+    """Relative paths of regular files under root, tool directories excluded (scan's first half)."""
+    return scan(root, tool_dirs)[0]
 
 
 def file_stats(root, relpaths):
@@ -408,7 +440,8 @@ def recheck_findings(root, manifest_bytes, marker_text, pinned, repo=None, revis
                 st.st_mtime_ns))
     if changed:
         problems.append("changed since verification: %s" % "; ".join(changed[:10]))
-    extra = sorted(list_files(root) - {path for path, _ in entries})
+    present, odd = scan(root, ())
+    extra = sorted(present - {path for path, _ in entries}) + odd
     if extra:
         problems.append("files the manifest does not name: %s" % ", ".join(extra[:10]))
     return problems, unreadable
