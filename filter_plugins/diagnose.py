@@ -17,7 +17,9 @@ row, and the failures this project knows, each as pattern -> cause -> fix.
 """
 from __future__ import annotations
 
+import base64
 import re
+import urllib.parse
 
 from ansible.errors import AnsibleFilterError
 
@@ -29,7 +31,11 @@ MAX_EVIDENCE = 3
 # Shapes of secrets that may reach a log without being in the inventory: a bearer header, a
 # Hugging Face token, a PEM private key (one line of it is enough to be a leak).
 SECRET_SHAPES = (
-    (re.compile(r"(?i)(authorization:\s*bearer\s+|x-api-key:\s*|api[_-]key[=: ]+)[^\s\"',]+"), r"\1<redacted>"),
+    # A bearer header, an x-api-key header, an api key in every form the engines print it: the
+    # flag (--api-key x, --api-key=x), a keyword (api_key=x, SGLang's ServerArgs repr api_key='x'),
+    # JSON ("api_key": "x"), and a key in a query string (?key=x, &api_key=x, &token=x).
+    (re.compile(r"(?i)(authorization:\s*bearer\s+|x-api-key:\s*|api[_-]key[\"']?(?:\s*[=:]\s*|\s+)[\"']?"
+                r"|[?&](?:api_?key|key|token|access_token)=)[^\s\"',&)]+"), r"\1<redacted>"),
     (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), "<redacted:hf-token>"),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
      "<redacted:private-key>"),
@@ -75,13 +81,37 @@ def diagnose_rules_problems(rules):
     return problems
 
 
+def secret_forms(secret):
+    """The forms a known secret takes in a log besides itself: URL-encoded (a query string, a
+    proxy URL), and base64 (a Basic authorization header, a config blob) in both alphabets at any
+    of the three byte offsets it can start at inside a longer encoded value, each cut to the
+    characters that depend on the secret alone."""
+    forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+    raw = secret.encode("utf-8")
+    for offset in range(3):
+        whole = 4 * ((offset + len(raw)) // 3)  # the characters of complete 3-byte groups
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            core = encode(b"\0" * offset + raw).decode("ascii")[4 if offset else 0:whole]
+            if len(core) >= MIN_SECRET:
+                forms.add(core)
+    return forms
+
+
+def secret_pattern(secrets):
+    """One pattern for every form of every secret, each also matched across a line break (a log
+    wrapped at 80 columns, a header folded by its client)."""
+    forms = sorted({form for secret in secrets for form in secret_forms(secret)}, key=len, reverse=True)
+    return re.compile("|".join(r"(?:\r?\n[ \t]*)?".join(re.escape(c) for c in form) for form in forms))
+
+
 def diagnose_redact(text, secrets=()):
     """Replace every secret of the list (values shorter than 8 characters are ignored: they
-    would redact ordinary words) and anything shaped like one."""
+    would redact ordinary words), in every form secret_forms lists and across line breaks, and
+    anything shaped like one."""
     out = "" if text is None else str(text)
-    for secret in sorted({str(s) for s in secrets or () if s is not None and len(str(s)) >= MIN_SECRET},
-                         key=len, reverse=True):
-        out = out.replace(secret, "<redacted>")
+    known = {str(s) for s in secrets or () if s is not None and len(str(s)) >= MIN_SECRET}
+    if known:
+        out = secret_pattern(known).sub("<redacted>", out)
     for pattern, replacement in SECRET_SHAPES:
         out = pattern.sub(replacement, out)
     return out

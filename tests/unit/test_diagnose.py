@@ -4,8 +4,10 @@ thread its format comes from) and a healthy log recorded from the lab's real vLL
 
 Every rule that reads a log has a recorded excerpt, and that excerpt leads to that rule first;
 the healthy log leads to none; the state rules are driven by the state lines the role writes."""
+import base64
 import glob
 import os
+import urllib.parse
 
 import pytest
 import yaml
@@ -218,6 +220,46 @@ def test_redaction():
     for secret in SECRETS + ["abcdefghijkl", "Z" * 36, "MIIEvQIBADANBg"]:
         assert secret not in out
     assert out.endswith("short abc")  # values under 8 characters are not secrets
+
+
+# A known secret with the characters URL-encoding changes.
+ODD = "p@ss/w0rd+key=1 x"
+
+
+@pytest.mark.parametrize("form,text", [
+    ("URL-encoded", "GET /v1/models?key=%s HTTP/1.1" % urllib.parse.quote(ODD, safe="")),
+    ("form-encoded", "body: password=%s&x=1" % urllib.parse.quote_plus(ODD)),
+    ("base64 alone", "config: %s" % base64.b64encode(ODD.encode()).decode()),
+    ("base64 in a Basic header", "Authorization: Basic %s" % base64.b64encode(b"lab:" + ODD.encode()).decode()),
+    ("base64 url-safe, 2 bytes in", "blob %s" % base64.urlsafe_b64encode(b"ab" + ODD.encode() + b"tail").decode()),
+    ("wrapped at 80 columns", "x" * 70 + ODD[:10] + "\n" + ODD[10:] + " rest"),
+    ("folded header", "X-Token: " + ODD[:5] + "\r\n\t" + ODD[5:]),
+])
+def test_a_known_secret_is_redacted_in_the_forms_a_log_carries_it(form, text):
+    out = diagnose.diagnose_redact(text, [ODD])
+    assert "<redacted>" in out, out
+    rest = out.replace("\r", "").replace("\n", "").replace("\t", "")
+    for leak in (ODD, urllib.parse.quote(ODD, safe=""), urllib.parse.quote_plus(ODD), ODD[3:12]):
+        assert leak not in rest, out
+    assert base64.b64encode(ODD.encode()).decode()[4:12] not in out
+
+
+@pytest.mark.parametrize("line,kept", [
+    # SGLang logs its ServerArgs dataclass repr at start, api_key included (as its CI logs show it:
+    # "INFO engine.py:177: server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', ...")
+    ("server_args=ServerArgs(model_path='/models/m', api_key='unknownsecret42', port=30000)", "port=30000"),
+    ('{"api_key": "unknownsecret42", "port": 30000}', '"port": 30000'),
+    ("launch --api-key unknownsecret42 --port 30000", "--port 30000"),
+    ("launch --api-key=unknownsecret42 --port 30000", "--port 30000"),
+    ("api_key=unknownsecret42 port=30000", "port=30000"),
+    ("Authorization: Bearer unknownsecret42", "Authorization: Bearer"),
+    ("x-api-key: unknownsecret42", "x-api-key:"),
+    ("GET /health?key=unknownsecret42&x=1", "&x=1"),
+    ("GET /v1/models?a=1&api_key=unknownsecret42", "?a=1"),
+])
+def test_an_unknown_secret_is_redacted_by_its_shape(line, kept):
+    out = diagnose.diagnose_redact(line, [])
+    assert "unknownsecret42" not in out and "<redacted>" in out and kept in out, out
 
 
 def test_findings_redact_their_evidence():
