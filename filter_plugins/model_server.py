@@ -357,6 +357,9 @@ fi
 """
 
 
+K8S_SECCOMP = {"type": "RuntimeDefault"}
+
+
 def k8s_exec(spec, invocation_argv):
     """(image, command, args) of the container that runs what `docker run ... <invocation>`
     runs: `--entrypoint X IMAGE A..` -> command [X], args [A..] (the ENTRYPOINT replaced);
@@ -623,8 +626,9 @@ def k8s_manifests(spec, settings):
            "initContainers": init, "containers": [engine], "volumes": volumes}
     if s.get("node_selector"):
         pod["nodeSelector"] = dict(s["node_selector"])
-    if pod_security:
-        pod["securityContext"] = pod_security
+    # the container runtime's default seccomp filter on every pod (Pod Security "restricted"
+    # requires it; docker applies its own default to the node's container, Kubernetes none)
+    pod["securityContext"] = dict(pod_security, seccompProfile=K8S_SECCOMP)
 
     pvc_spec = {"accessModes": list(s["weights_access_modes"]), "volumeMode": "Filesystem",
                 "resources": {"requests": {"storage": s.get("weights_size") or
@@ -640,6 +644,7 @@ def k8s_manifests(spec, settings):
            "spec": {"backoffLimit": 3, "activeDeadlineSeconds": s["prefill_timeout_s"],
                     "template": {"metadata": {"labels": weights_labels}, "spec": {
                         "restartPolicy": "Never", "automountServiceAccountToken": False,
+                        "securityContext": {"seccompProfile": K8S_SECCOMP},
                         "enableServiceLinks": False,
                         "containers": [{
                             "name": "prefill", "image": s["prefill_image"], "imagePullPolicy": "IfNotPresent",
@@ -670,16 +675,38 @@ def k8s_manifests(spec, settings):
         {"apiVersion": "v1", "kind": "Service", "metadata": _k8s_meta(name, ns, labels),
          "spec": {"type": "ClusterIP", "selector": selector,
                   "ports": [{"name": "http", "port": spec["port"], "targetPort": "http", "protocol": "TCP"}]}},
+        # The engine answers the gateway and reaches nothing (it runs offline: HF_HUB_OFFLINE,
+        # weights and kernels on its volumes); an empty egress list with Egress in policyTypes
+        # denies all of it.
         {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
          "metadata": _k8s_meta(name + "-from-gateway", ns, labels),
-         "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"],
+         "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"],
                   "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
                       "kubernetes.io/metadata.name": s["gateway_namespace"]}}}],
-                      "ports": [{"protocol": "TCP", "port": spec["container_port"]}]}]}},
+                      "ports": [{"protocol": "TCP", "port": spec["container_port"]}]}],
+                  "egress": []}},
+        # The pre-fill pod reaches the staging host's rsync daemon and nothing else (and DNS
+        # when the daemon is named, not addressed); nothing reaches it.
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": _k8s_meta("%s-weights-prefill" % name, ns, weights_labels),
+         "spec": {"podSelector": {"matchLabels": {k: weights_labels[k] for k in (
+                      "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")}},
+                  "policyTypes": ["Ingress", "Egress"], "ingress": [],
+                  "egress": k8s_prefill_egress(s["rsync_server"], s["rsync_port"])}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _k8s_meta(name, ns, labels),
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}},
     ]
     return objects
+
+
+def k8s_prefill_egress(server, port):
+    """The pre-fill pod's egress rules: the rsync daemon's port, at its address when the server
+    is one (a /32 or /128), else at any address plus DNS (port 53, UDP and TCP) to resolve it."""
+    rsync = {"ports": [{"protocol": "TCP", "port": int(port)}]}
+    address = v.ip_address(server)
+    if address is not None:
+        return [dict(rsync, to=[{"ipBlock": {"cidr": "%s/%d" % (address, address.max_prefixlen)}}])]
+    return [rsync, {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
 
 
 class _K8sDumper(yaml.SafeDumper):

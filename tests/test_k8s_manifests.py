@@ -31,7 +31,7 @@ VERSIONS = ["1.30.0", "1.37.0"]
 SGLANG = matrix_profiles("sglang")
 VLLM = matrix_profiles("vllm")
 KINDS = ["Namespace", "PersistentVolumeClaim", "Job", "Deployment", "Service", "NetworkPolicy",
-         "PodDisruptionBudget"]
+         "NetworkPolicy", "PodDisruptionBudget"]
 # The variant of the session's plan run each engine's objects are read from (tests/conftest.py).
 VARIANT = {"sglang": "pinned", "vllm": "keyed-vllm"}
 # The device plugins' resource names, per GPU vendor of the matrix (written out here, not read
@@ -41,13 +41,17 @@ GPU_PROFILES = [p for p in SGLANG if hardware_matrix()[p]["gpu"]["vendor"] in GP
 
 
 def objects(plan_dir, profile):
-    """({kind: object}, [kinds in file order], the file) of plan/<profile>/k8s/minimax-m3.yaml."""
+    """({kind: object}, [kinds in file order], the file) of plan/<profile>/k8s/minimax-m3.yaml; a
+    second object of a kind (the pre-fill pod's NetworkPolicy) is keyed "<kind> <name>"."""
     k8s = plan_dir / profile / "k8s"
     path = k8s / "minimax-m3.yaml"
     assert path.exists(), "no objects rendered for %s: %s" % (
         profile, (k8s / "BLOCKED").read_text() if (k8s / "BLOCKED").exists() else "no k8s directory")
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    return {d["kind"]: d for d in docs}, [d["kind"] for d in docs], path
+    by_kind = {}
+    for d in docs:
+        by_kind["%s %s" % (d["kind"], d["metadata"]["name"]) if d["kind"] in by_kind else d["kind"]] = d
+    return by_kind, [d["kind"] for d in docs], path
 
 
 def rendered(plans, engine):
@@ -142,6 +146,14 @@ def test_pods_serve_only_a_verified_volume_and_only_the_gateway_reaches_them(pla
         assert not selector.items() <= job_labels.items()
     probes = pod["containers"][0]
     assert probes["startupProbe"]["failureThreshold"] * probes["startupProbe"]["periodSeconds"] == 3600
+    # the engine reaches nothing, the pre-fill pod only the staging host's rsync daemon; both
+    # pods run under the runtime's default seccomp filter
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["egress"] == []
+    prefill = docs["NetworkPolicy minimax-m3-weights-prefill"]["spec"]
+    assert prefill["ingress"] == [] and prefill["podSelector"]["matchLabels"].items() <= job_labels.items()
+    assert [rule["ports"][0]["port"] for rule in prefill["egress"]] != []
+    for template in (docs["Deployment"]["spec"]["template"], docs["Job"]["spec"]["template"]):
+        assert template["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
 def test_a_keyed_engine_reads_its_key_from_a_secret_and_no_secret_is_written(plans):

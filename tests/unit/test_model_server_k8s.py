@@ -46,7 +46,42 @@ def test_the_defaults_with_the_sites_two_values_render():
     assert ms.k8s_problems(spec(), settings()) == []
     kinds = [o["kind"] for o in ms.k8s_manifests(spec(), settings())]
     assert kinds == ["Namespace", "PersistentVolumeClaim", "Job", "Deployment", "Service",
-                     "NetworkPolicy", "PodDisruptionBudget"]
+                     "NetworkPolicy", "NetworkPolicy", "PodDisruptionBudget"]
+
+
+def _by_name(objects):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def test_every_pod_runs_under_the_runtime_default_seccomp_filter():
+    """Pod Security 'restricted' requires it; Kubernetes applies none by default (docker does)."""
+    objs = ms.k8s_manifests(spec(), settings())
+    pods = [o["spec"]["template"]["spec"] for o in objs if o["kind"] in ("Deployment", "Job")]
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+@pytest.mark.parametrize("server,port,egress", [
+    ("192.0.2.10", 873, [{"ports": [{"protocol": "TCP", "port": 873}],
+                          "to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}]}]),
+    ("2001:db8::5", 8873, [{"ports": [{"protocol": "TCP", "port": 8873}],
+                            "to": [{"ipBlock": {"cidr": "2001:db8::5/128"}}]}]),
+    ("staging.example.net", 873, [{"ports": [{"protocol": "TCP", "port": 873}]},
+                                  {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]),
+])
+def test_the_engine_reaches_nothing_and_the_prefill_pod_only_the_rsync_daemon(server, port, egress):
+    objs = _by_name(ms.k8s_manifests(spec(), settings(rsync_server=server, rsync_port=port)))
+    engine = objs[("NetworkPolicy", "minimax-m3-from-gateway")]["spec"]
+    assert engine["policyTypes"] == ["Ingress", "Egress"] and engine["egress"] == []
+    prefill = objs[("NetworkPolicy", "minimax-m3-weights-prefill")]["spec"]
+    assert prefill["policyTypes"] == ["Ingress", "Egress"] and prefill["ingress"] == []
+    assert prefill["egress"] == egress
+    job = next(o for (kind, _), o in objs.items() if kind == "Job")
+    job_labels = job["spec"]["template"]["metadata"]["labels"]
+    deploy_labels = objs[("Deployment", "minimax-m3")]["spec"]["template"]["metadata"]["labels"]
+    assert prefill["podSelector"]["matchLabels"].items() <= job_labels.items()
+    assert not prefill["podSelector"]["matchLabels"].items() <= deploy_labels.items()
 
 
 @pytest.mark.parametrize("overrides,expected", [
@@ -110,7 +145,8 @@ def test_the_cpu_lab_row_asks_for_no_gpu():
     # its least privilege carries over: nobody, read-only root, the tmpfs as a memory emptyDir
     security = pod["containers"][0]["securityContext"]
     assert security["runAsUser"] == 65534 and security["runAsNonRoot"] is True
-    assert security["readOnlyRootFilesystem"] is True and pod["securityContext"] == {"fsGroup": 65534}
+    assert security["readOnlyRootFilesystem"] is True and pod["securityContext"] == {
+        "fsGroup": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
     tmp = next(v for v in pod["volumes"] if v["name"] == "tmpfs-0")
     assert tmp == {"name": "tmpfs-0", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
 
