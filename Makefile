@@ -74,6 +74,7 @@ bench: bootstrap
 	python bench/weights_verify_bench.py
 	python bench/verify_vs_vllm_bench.py --rounds 2
 	python bench/gateway_overhead_bench.py
+	python bench/gateway_slow_clients_bench.py
 	python bench/weights_fanout_bench.py
 	python bench/engine_warm_start_bench.py --rounds 2
 

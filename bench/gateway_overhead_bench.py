@@ -293,7 +293,7 @@ def make_ca(ca_dir):
 
 
 def bench(args):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "collections")]
     import gateway_harness as gh                  # noqa: E402 (needs tests/ on sys.path)
 
     body = json.dumps({"model": "x", "prompt": "hi", "max_tokens": args.tokens,

@@ -204,7 +204,8 @@ def upstreams_problems(upstreams):
 def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks=None,
                     metrics_networks=None, media_allowlist=None, upstreams=None,
                     tls_cert_pem=None, tls_key_pem=None, upstream_timeout_s=3600,
-                    engine_bind_address=None, engine="vllm", now=None):
+                    engine_bind_address=None, engine="vllm", max_connections=2048,
+                    max_connections_per_source=512, now=None):
     """Resolve the gateway choices into gateway_spec. Never raises; see the module docstring."""
     blockers = []
     resolved_clients, problems = clients_resolve(clients)
@@ -244,6 +245,17 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
     if timeout is None:
         blockers.append("gateway_upstream_timeout_s is %r: set seconds between 10 and 86400 (long "
                         "generations stream for minutes)." % (upstream_timeout_s,))
+    # Connections the gateway holds at once (each may hold one buffer of bufsize while its
+    # headers or an authenticated body arrive), and from one client address.
+    conns = v.whole_number(max_connections, 64, 1000000)
+    if conns is None:
+        blockers.append("gateway_max_connections is %r: set a number of connections between 64 and "
+                        "1000000 (each may hold one request buffer of the largest client body limit)."
+                        % (max_connections,))
+    per_source = v.whole_number(max_connections_per_source, 1, conns or 1000000)
+    if per_source is None:
+        blockers.append("gateway_max_connections_per_source is %r: set a number between 1 and "
+                        "gateway_max_connections (%s)." % (max_connections_per_source, conns))
     tls, problems = tls_problems(tls_cert_pem, tls_key_pem, now=now)
     blockers += problems
     largest_body = max([c["max_body_bytes"] for c in resolved_clients] or [CLIENT_DEFAULTS["max_body_bytes"]])
@@ -251,6 +263,7 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
         "port": gw_port, "bind_address": str(bind_address), "clients": resolved_clients,
         "allowed_networks": allowed, "metrics_networks": metrics, "media_allowlist": media,
         "upstreams": ups, "upstream_timeout_s": timeout, "tls": tls, "engine": engine,
+        "max_connections": conns, "max_connections_per_source": per_source,
         "client_paths": CLIENT_PATHS, "health_path": HEALTH_PATH, "metrics_path": METRICS_PATH,
         "gateway_metrics_path": GATEWAY_METRICS_PATH,
         "private_paths": ENGINE_PRIVATE_PATHS,

@@ -390,3 +390,194 @@ def test_metrics_paths_only_for_the_monitoring_networks(tmp_path, site_ca, metri
         assert "/gateway/metrics" not in [r["path"] for r in up.requests]
     else:
         assert "monitoring networks" in text
+
+
+def _raw(port, ca_dir, request, timeout=10.0):
+    """Send request bytes over TLS to the gateway; (the answer's status line and body, seconds
+    until it came). A request a test leaves unfinished is answered or times out."""
+    import socket
+    import ssl
+    ctx = ssl.create_default_context(cafile=os.path.join(ca_dir, "ca.pem"))
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        parts = request if isinstance(request, list) else [request]
+        for index, part in enumerate(parts):
+            if index:
+                time.sleep(1.0)
+            sock.sendall(part)
+        answer = b""
+        try:
+            while b"\r\n\r\n" not in answer or not _complete(answer):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        except socket.timeout:
+            return None, time.monotonic() - started
+    return answer, time.monotonic() - started
+
+
+def _complete(answer):
+    head, _, body = answer.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return False
+
+
+def _post(path, body, key, declared=None, close=True):
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
+            % (path.encode(), b"Authorization: Bearer %s\r\n" % key.encode() if key else b"",
+               len(body) if declared is None else declared, b"Connection: close\r\n" if close else b"")) + body
+
+
+# A client whose cap is 64 tokens, at the default rate. (path, raw JSON body, expected status,
+# what the refusal says)
+TOKENS_KEY = "Tz4Nq8Rw1Ye6Ub3Io7Pa2Sd9Fg5Hj0Kl"
+TOKEN_CLIENTS = CLIENTS + [{"name": "tokens", "key": TOKENS_KEY, "max_tokens": 64}]
+TOKEN_CASES = [
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":64}', 200, None),
+    ("/v1/completions", b'{"model":"m","prompt":"x"}', 400, b"state max_tokens (at most 64"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":null}', 400, b"state max_tokens"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":8,"n":256}', 400, b"= 2048 tokens"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":8,"best_of":9}', 400, b"= 72 tokens"),
+    ("/v1/completions", b'{"model":"m","prompt":[' + b",".join([b'"p"'] * 100) + b'],"max_tokens":1}',
+     400, b"= 100 tokens"),
+    ("/v1/completions", b'{"model":"m","prompt":[' + b",".join([b'"p"'] * 8) + b'],"max_tokens":8}', 200, None),
+    ("/v1/completions", b'{"model":"m","prompt":[' + b",".join([b"7"] * 100) + b'],"max_tokens":64}', 200, None),
+    ("/v1/completions", b'{"model":"m","prompt":[[1,2],[3,4]],"max_tokens":40}', 400, b"= 80 tokens"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":8,"ignore_eos":true,"min_tokens":100000}',
+     400, b"min_tokens 100000"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":8.5}', 400, b"max_tokens 8.5 is not a whole number"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":-1}', 400, b"is not a whole number"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":"8"}', 400, b"max_tokens string is not"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":8,"max_completion_tokens":1000}', 400,
+     b"max_tokens 1000 is above"),
+    # a duplicate key: the last one counts, as in the engines' JSON parser (Python's json)
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":1,"max_tokens":100000}', 400, b"max_tokens 100000"),
+    ("/v1/chat/completions", b'{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":16,"n":5}',
+     400, b"= 80 tokens"),
+    # JSON's own numbers only (Python's json reads NaN, Infinity; lua-cjson by default hex too)
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":8,"temperature":NaN}', 400, b"not a JSON object"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":0x10}', 400, b"not a JSON object"),
+    ("/v1/completions", b'{"model":"m","prompt":"x","max_tokens":Infinity}', 400, b"not a JSON object"),
+]
+# What each protection alone refuses of the cases above (their indexes).
+TOKEN_PROTECTIONS = {"max_tokens": [1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 14, 15],
+                     "strict numbers": [16, 17]}
+
+
+def _token_answers(tmp_path, site_ca, without=()):
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, TOKEN_CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca, without=without) as base:
+            answers = [_raw(spec["port"], site_ca, _post(path, body, TOKENS_KEY))[0]
+                       for path, body, _, _ in TOKEN_CASES]
+    return answers, up.requests
+
+
+def test_the_token_cap_holds_whatever_the_request_asks(tmp_path, site_ca):
+    """Issue 32: no cap sent, n, best_of, a batch of prompts, min_tokens with ignore_eos,
+    fractions, strings, duplicate keys, NaN and hex numbers each got past the cap."""
+    answers, reached = _token_answers(tmp_path, site_ca)
+    for (path, body, status, says), answer in zip(TOKEN_CASES, answers):
+        assert answer.startswith(b"HTTP/1.1 %d" % status), (body[:120], answer[:400])
+        if says:
+            assert says in answer, (body[:120], answer[:400])
+    assert len([r for r in reached if r["path"] != "/health"]) == len([c for c in TOKEN_CASES if c[2] == 200])
+
+
+@pytest.mark.parametrize("protection", sorted(TOKEN_PROTECTIONS))
+def test_each_token_case_gets_through_without_its_protection(tmp_path, site_ca, protection):
+    answers, _ = _token_answers(tmp_path, site_ca, without=[protection])
+    through = [i for i, answer in enumerate(answers)
+               if TOKEN_CASES[i][2] == 400 and answer.startswith(b"HTTP/1.1 200")]
+    assert set(TOKEN_PROTECTIONS[protection]) <= set(through), (protection, through)
+
+
+def _buffer_request_first(files):
+    """The configuration before issue 32: the whole body read before the first rule."""
+    files["haproxy.cfg"] = files["haproxy.cfg"].replace(
+        "    http-request del-header x-forwarded-for\n",
+        "    option http-buffer-request\n    http-request del-header x-forwarded-for\n", 1)
+    return files
+
+
+@pytest.mark.parametrize("edit", [None, _buffer_request_first], ids=["as shipped", "body read first"])
+def test_an_unauthenticated_request_is_answered_on_its_headers(tmp_path, site_ca, edit):
+    """A request without a key that announces 1 MB and sends none of it is refused at once; the
+    gateway does not hold a buffer for it until the 30 s request timeout."""
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca, edit=edit) as base:
+            answer, seconds = _raw(spec["port"], site_ca,
+                                   _post("/v1/completions", b"", None, declared=1000000), timeout=5)
+    if edit is None:
+        assert answer and answer.startswith(b"HTTP/1.1 401") and seconds < 4, (answer, seconds)
+    else:
+        assert answer is None or not answer.startswith(b"HTTP/1.1 401"), (answer, seconds)
+
+
+@pytest.mark.parametrize("without", [(), ("auth before body",)], ids=["as shipped", "without it"])
+def test_an_authenticated_body_is_waited_for_and_checked_whole(tmp_path, site_ca, without):
+    """The body an authenticated client sends in two parts a second apart reaches the policy
+    whole (wait-for-body); without that rule the policy would see half of it."""
+    body = b'{"model":"m","prompt":"x","max_tokens":8}'
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca, without=without) as base:
+            request = _post("/v1/completions", body, MAIN_KEY)
+            answer, _ = _raw(spec["port"], site_ca, [request[:-20], request[-20:]])
+    if not without:
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        assert [r["body"] for r in up.requests if r["path"] == "/v1/completions"] == [body]
+    else:
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+
+
+@pytest.mark.parametrize("without", [(), ("health from the pool",)], ids=["as shipped", "without it"])
+def test_health_is_the_gateways_view_of_its_pool_and_never_reaches_the_engine(tmp_path, site_ca, without):
+    """An unauthenticated /health never becomes an engine request (SGLang's /health runs a
+    generation); it says 200 while a server is up by the health checks, 503 once none is."""
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS)
+        with gh.running_gateway(tmp_path, spec, site_ca, without=without) as base:
+            client = verifier(base, site_ca).client
+            first = client.get("/health")
+            forwarded = [r for r in up.requests if r["path"] == "/health"
+                         and "x-forwarded-for" in {h.lower() for h in r["headers"]}]
+            up.health_status = 503
+            deadline = time.monotonic() + 20
+            while client.get("/health").status != 503 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            last = client.get("/health")
+    if not without:
+        assert first.status == 200 and forwarded == [], (first.status, forwarded)
+        assert last.status == 503
+    else:
+        assert forwarded, "the gateway forwarded no /health, yet the protection was removed"
+
+
+@pytest.mark.parametrize("without", [(), ("per source",)], ids=["as shipped", "without it"])
+def test_one_address_holds_at_most_its_connections(tmp_path, site_ca, without):
+    import socket
+    import ssl
+    ctx = ssl.create_default_context(cafile=os.path.join(site_ca, "ca.pem"))
+    with gh.RecordingUpstream() as up:
+        spec = gh.lab_spec(site_ca, up.port, CLIENTS, max_connections_per_source=3)
+        with gh.running_gateway(tmp_path, spec, site_ca, without=without) as base:
+            held = [ctx.wrap_socket(socket.create_connection(("127.0.0.1", spec["port"]), timeout=5),
+                                    server_hostname="127.0.0.1") for _ in range(3)]
+            try:
+                extra = _raw(spec["port"], site_ca, _post("/v1/models", b"", MAIN_KEY))
+                refused = False
+            except (ssl.SSLError, ConnectionError, OSError):
+                refused = True
+            for sock in held:
+                sock.close()
+            time.sleep(0.2)
+            again = _raw(spec["port"], site_ca, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                         b"Connection: close\r\n\r\n" % MAIN_KEY.encode())[0]
+    assert again.startswith(b"HTTP/1.1 200"), again[:200]
+    assert refused is (not without), extra if not refused else "refused"

@@ -78,6 +78,11 @@ def test_client_refusals(pems, clients, needle):
     ({"upstreams": [{"name": "n1", "address": "10.0.0.5", "port": 30000}]}, "neither loopback nor TLS"),
     ({"upstreams": []}, "has no upstream"),
     ({"upstream_timeout_s": 1}, "gateway_upstream_timeout_s is 1"),
+    ({"max_connections": 10}, "gateway_max_connections is 10: set a number of connections between 64"),
+    ({"max_connections": "lots"}, "gateway_max_connections is 'lots'"),
+    ({"max_connections_per_source": 0}, "gateway_max_connections_per_source is 0"),
+    ({"max_connections": 100, "max_connections_per_source": 101},
+     "gateway_max_connections_per_source is 101: set a number between 1 and gateway_max_connections (100)"),
     ({"tls_cert_pem": None}, "is not set"),
     ({"tls_cert_pem": "not a pem"}, "is not a PEM certificate"),
 ])
