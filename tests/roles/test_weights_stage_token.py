@@ -95,3 +95,15 @@ def test_a_redirect_on_the_endpoints_own_origin_is_followed_once(tmp_path):
     assert all(s["authorization"] == "Bearer " + TOKEN for s in hub_seen)
     assert "redirected" not in msgs and "names no files" in msgs
     assert TOKEN not in out
+
+
+def test_a_hub_across_the_network_over_plain_http_is_refused_before_any_request(tmp_path):
+    """The token would travel in clear (issue 32): http:// is taken only to a loopback host."""
+    hub, hub_seen = _serve()
+    try:
+        runner, out = run_stage(tmp_path, "http://127.0.0.2.nip.example:%d" % hub.server_address[1])
+    finally:
+        hub.shutdown()
+    msgs = " ".join(str(m) for m in failures(runner).values())
+    assert runner.rc != 0 and "Use the mirror's https:// address" in msgs, msgs
+    assert hub_seen == [] and TOKEN not in out

@@ -158,7 +158,7 @@ def test_the_shared_module_needs_only_the_standard_library():
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
-    assert imported <= {"__future__", "ipaddress", "posixpath", "re"}
+    assert imported <= {"__future__", "ipaddress", "posixpath", "re", "urllib"}
 
 
 @pytest.mark.parametrize("path,ok", [
@@ -177,7 +177,19 @@ def test_the_jinja_tests_are_the_shared_checks():
     spec.loader.exec_module(module)
     assert module.TestModule().tests() == {"mm3_git_commit": v.is_git_commit, "mm3_sha256": v.is_sha256,
                                            "mm3_image_id": v.is_image_id,
-                                           "mm3_revision_path": v.is_revision_path}
+                                           "mm3_revision_path": v.is_revision_path,
+                                           "mm3_protected_endpoint": v.is_protected_endpoint}
+
+
+@pytest.mark.parametrize("url,ok", [
+    ("https://huggingface.co", True), ("https://hub.mirror.internal:8443/", True),
+    ("http://127.0.0.1:8090", True), ("http://localhost:8090", True), ("http://[::1]:8090", True),
+    ("http://hub.mirror.internal", False), ("http://10.0.0.5:8090", False),
+    ("https://user:pw@hub.internal", False), ("https://", False), ("ftp://127.0.0.1", False),
+    ("https://hub.internal\n", False), ("https://hub .internal", False), (None, False),
+    ("http://127.0.0.1.evil.example", False)])
+def test_protected_endpoints(url, ok):
+    assert v.is_protected_endpoint(url) is ok
 
 
 def test_every_exported_filter_is_used():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+import urllib.parse
 
 # A control character (C0, DEL, C1): in a value that reaches a unit file, a configuration file
 # or argv, a newline injects a line, in argv a second command.
@@ -153,6 +154,22 @@ def is_loopback(value):
         return False
     mapped = getattr(address, "ipv4_mapped", None)
     return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def is_protected_endpoint(value):
+    """An https:// URL with a host, or http:// to a loopback host (a local mirror or a tunnel
+    on this machine): never plain HTTP across a network, where a token and the bytes it fetches
+    travel unprotected. No control character, user info or whitespace."""
+    if not isinstance(value, str) or has_control(value) or any(c.isspace() for c in value):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        return False
+    if not host or "@" in parts.netloc:
+        return False
+    return parts.scheme == "https" or (parts.scheme == "http" and is_loopback(host))
 
 
 def bind_address_problem(value, name):
