@@ -205,7 +205,7 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
                     metrics_networks=None, media_allowlist=None, upstreams=None,
                     tls_cert_pem=None, tls_key_pem=None, upstream_timeout_s=3600,
                     engine_bind_address=None, engine="vllm", max_connections=2048,
-                    max_connections_per_source=512, now=None):
+                    max_connections_per_source=512, log_queue=1024, now=None):
     """Resolve the gateway choices into gateway_spec. Never raises; see the module docstring."""
     blockers = []
     resolved_clients, problems = clients_resolve(clients)
@@ -256,6 +256,13 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
     if per_source is None:
         blockers.append("gateway_max_connections_per_source is %r: set a number between 1 and "
                         "gateway_max_connections (%s)." % (max_connections_per_source, conns))
+    # Datagrams the log socket (journald's /dev/log) queues: HAProxy drops an access-log line
+    # it cannot hand over at once (the kernel's default queue is 10).
+    queue = v.whole_number(log_queue, 64, 65536)
+    if queue is None:
+        blockers.append("gateway_log_queue is %r: set a number of datagrams between 64 and 65536 "
+                        "(net.unix.max_dgram_qlen; the kernel's default of 10 drops access-log lines "
+                        "under a burst)." % (log_queue,))
     tls, problems = tls_problems(tls_cert_pem, tls_key_pem, now=now)
     blockers += problems
     largest_body = max([c["max_body_bytes"] for c in resolved_clients] or [CLIENT_DEFAULTS["max_body_bytes"]])
@@ -263,7 +270,7 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
         "port": gw_port, "bind_address": str(bind_address), "clients": resolved_clients,
         "allowed_networks": allowed, "metrics_networks": metrics, "media_allowlist": media,
         "upstreams": ups, "upstream_timeout_s": timeout, "tls": tls, "engine": engine,
-        "max_connections": conns, "max_connections_per_source": per_source,
+        "max_connections": conns, "max_connections_per_source": per_source, "log_queue": queue,
         "client_paths": CLIENT_PATHS, "health_path": HEALTH_PATH, "metrics_path": METRICS_PATH,
         "gateway_metrics_path": GATEWAY_METRICS_PATH,
         "private_paths": ENGINE_PRIVATE_PATHS,

@@ -30,7 +30,7 @@ BUDGETS = {
 }
 # Each alert's `for:` (seconds; 0 = fire at the first failing evaluation).
 ALERT_FOR = ("engine_down", "not_ready", "error_rate", "queue", "ttft", "kv_cache", "gpu_memory",
-             "xid", "fabric_manager", "disk", "cert", "target_down")
+             "xid", "fabric_manager", "disk", "cert", "target_down", "logs_dropped")
 # The GPU exporter per vendor: NVIDIA's DCGM exporter (a pinned image on the node);
 # AMD's device-metrics exporter is not carried yet, so an AMD node is listed with a reason.
 GPU_EXPORTERS = {"nvidia": "dcgm"}

@@ -112,7 +112,7 @@ def test_rules_pass_promtool_check(tmp_path):
     path, rules = write_rules(tmp_path, spec_with())
     result = promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 12 rules found" in result.stdout, result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout, result.stdout
     # Each names its fix: a runbook that points at a playbook, a setting or a command.
     for group in rules["groups"]:
         for rule in group["rules"]:

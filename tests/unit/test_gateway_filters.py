@@ -81,6 +81,7 @@ def test_client_refusals(pems, clients, needle):
     ({"max_connections": 10}, "gateway_max_connections is 10: set a number of connections between 64"),
     ({"max_connections": "lots"}, "gateway_max_connections is 'lots'"),
     ({"max_connections_per_source": 0}, "gateway_max_connections_per_source is 0"),
+    ({"log_queue": 10}, "gateway_log_queue is 10: set a number of datagrams between 64 and 65536"),
     ({"max_connections": 100, "max_connections_per_source": 101},
      "gateway_max_connections_per_source is 101: set a number between 1 and gateway_max_connections (100)"),
     ({"tls_cert_pem": None}, "is not set"),
