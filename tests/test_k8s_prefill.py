@@ -82,7 +82,14 @@ def test_prefill_verifies_then_marks_and_the_pod_starts(staging):
     assert result.returncode == 0, result.stderr
     for name, data in FILES.items():
         assert (staging["volume"] / REVISION / name).read_bytes() == data
-    assert marker(staging).read_text() == staging["pin"] + "\n"
+    lines = marker(staging).read_text().splitlines()
+    assert lines[0] == staging["pin"]
+    # then size, mtime, inode and name of every file, as they were when their bytes were checked
+    listed = {line.split(" ", 3)[3][2:]: line.split(" ")[:3] for line in lines[1:]}
+    assert sorted(listed) == sorted(FILES)
+    shard = staging["volume"] / REVISION / "model-00001-of-00002.safetensors"
+    st = shard.stat()
+    assert listed["model-00001-of-00002.safetensors"] == [str(st.st_size), str(int(st.st_mtime)), str(st.st_ino)]
     assert pod_starts(staging).returncode == 0
     again = prefill(staging)  # a retried Job moves nothing
     assert again.returncode == 0 and "already verified" in again.stdout
@@ -109,6 +116,36 @@ def test_a_file_the_manifest_does_not_list_is_never_marked_verified(staging):
     result = prefill(staging)
     assert result.returncode == 3 and "extra.py" in result.stderr
     assert not marker(staging).exists()
+
+
+def _replace_keeping_size_and_mtime(path):
+    """Other bytes under the name, with its size and mtime: a new file renamed over it."""
+    st = path.stat()
+    new = path.with_name(path.name + ".new")
+    new.write_bytes(b"\0" * st.st_size)
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(new, path)
+
+
+@pytest.mark.parametrize("change,named", [
+    # bytes rewritten in place (any write moves the mtime)
+    (lambda d: (d / "config.json").write_bytes(b'{"model_type": "other"}\n'), "config.json"),
+    # a file replaced by another of the same size and mtime (only its inode tells)
+    (lambda d: _replace_keeping_size_and_mtime(d / "tokenizer" / "tokenizer.json"), "tokenizer/tokenizer.json"),
+    (lambda d: (d / "model-00002-of-00002.safetensors").unlink(), "a file that is gone"),
+    (lambda d: (d / "extra.py").write_text("import os\n"), "extra.py"),
+])
+def test_a_volume_changed_after_the_prefill_does_not_start_the_pod(staging, change, named):
+    """The marker holds what the pre-fill checked, not only the manifest hash (issue 32): a file
+    written, replaced, removed or added in the volume since is refused, named, and a rerun of the
+    Job checks the volume again instead of calling it verified."""
+    assert prefill(staging).returncode == 0 and pod_starts(staging).returncode == 0
+    change(staging["volume"] / REVISION)
+    started = pod_starts(staging)
+    assert started.returncode == 1 and "changed in this volume" in started.stderr, started.stderr
+    assert named in started.stderr, started.stderr
+    again = prefill(staging)
+    assert "already verified" not in again.stdout
 
 
 def test_a_stale_marker_of_another_pin_does_not_start_the_pod(staging):
