@@ -1,0 +1,100 @@
+"""preflight's fabric check (roles/preflight/tasks/fabric.yml, NVSwitch and NVLink 5 nodes) run
+by ansible-runner against the controller, with the stand-in nvidia-smi (tests/standin/bin,
+named as such: no GPU exists here) replaying the 8 x H200 NVSwitch fixtures, fabric State
+Completed or In Progress. A fabric manager that just started reports In Progress while it trains
+the links (issue 36): preflight reads again until nothing is In Progress or
+preflight_fabric_wait_s have passed, and judges the last reading. One playbook run, every case.
+"""
+import json
+import os
+import shutil
+
+import pytest
+from helpers import ROOT, run_playbook
+
+STANDIN = os.path.join(ROOT, "tests", "standin")
+# name: (fixture per read, preflight_fabric_wait_s, expected status, phrases of the detail)
+CASES = {
+    "completed": (["h200-8-nvswitch"], 30, "pass", ["fabric state per GPU: Completed (need Completed)"]),
+    "settles": (["h200-fabric-in-progress", "h200-8-nvswitch"], 30, "pass", ["Completed (need Completed)"]),
+    "stuck": (["h200-fabric-in-progress"], 6, "fail",
+              ["fabric state per GPU: In Progress (need Completed) after waiting up to 6 s"]),
+}
+# Each read replays the next fixture of the case (the last one from then on).
+READ = """n=$(cat "$1/reads" 2>/dev/null || echo 0); echo $((n + 1)) > "$1/reads"
+fixture=$(sed -n "$((n + 1))p" "$1/fixtures"); [ -n "$fixture" ] || fixture=$(tail -n 1 "$1/fixtures")
+echo "$fixture" > "$1/etc/standin/gpu-fixture"
+STANDIN_ROOT=$1 exec "$2" -q
+"""
+PLAY = """- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:  # what gpu_nvidia.yml has set when it includes the fabric checks (not extra vars: set_fact must win)
+    __preflight_results: []
+    __preflight_missing_status: fail
+    __preflight_fixable_fail: fail
+    __preflight_tool_ok: true
+    __preflight_driver: 580.95.05
+    preflight_fabric: {kind: nvswitch, evidence: "stand-in"}
+  tasks:
+    - name: The fabric check as gpu_nvidia.yml includes it, once per case
+      ansible.builtin.include_role:
+        name: preflight
+        tasks_from: fabric
+      vars:
+        preflight_fabric_query_command: "{{ case.command }}"
+        preflight_fabric_wait_s: "{{ case.wait }}"
+      loop: "{{ cases }}"
+      loop_control:
+        loop_var: case
+    - name: Keep what it recorded
+      ansible.builtin.copy:
+        content: "{{ __preflight_results | to_json }}"
+        dest: "{{ out }}"
+        mode: "0600"
+"""
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fabric")
+    (tmp / "read.sh").write_text(READ)
+    cases = []
+    for name, (fixtures, wait, _, _) in CASES.items():
+        root = tmp / name
+        shutil.copytree(os.path.join(STANDIN, "fixtures"), root / "usr/share/standin/gpu")
+        (root / "etc/standin").mkdir(parents=True)
+        (root / "run/standin/nvidia").mkdir(parents=True)
+        (root / "run/standin/nvidia/version").write_text(
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder)\n")
+        (root / "fixtures").write_text("".join(f + "\n" for f in fixtures))
+        cases.append({"command": ["sh", str(tmp / "read.sh"), str(root), os.path.join(STANDIN, "bin", "nvidia-smi")],
+                      "wait": wait})
+    (tmp / "play.yml").write_text(PLAY)
+    runner, text = run_playbook(str(tmp / "play.yml"), tmp, extravars={
+        "serving_spec": {"gpu": {"fabric": "nvswitch"}}, "cases": cases, "out": str(tmp / "results.json")})
+    assert runner.rc == 0, text[-2000:]
+    recorded = [r for r in json.loads((tmp / "results.json").read_text()) if r["check"] == "fabric_state"]
+    reads = {name: int((tmp / name / "reads").read_text()) for name in CASES}
+    return dict(zip(CASES, recorded)), reads
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_fabric_is_judged_by_its_last_reading(results, name):
+    recorded, _ = results
+    _, _, status, phrases = CASES[name]
+    assert recorded[name]["status"] == status, recorded[name]
+    for phrase in phrases:
+        assert phrase in recorded[name]["detail"], recorded[name]
+
+
+def test_it_reads_again_only_while_in_progress_and_for_a_bounded_time(results):
+    _, reads = results
+    assert reads["completed"] == 1
+    assert reads["settles"] == 2
+    assert 2 <= reads["stuck"] <= 3      # 6 s at one read every 5 s, then judged
+
+
+def test_a_fabric_left_in_progress_names_the_wait_and_the_reboot(results):
+    recorded, _ = results
+    assert "preflight_fabric_wait_s" in recorded["stuck"]["fix"] and "reboot" in recorded["stuck"]["fix"]
