@@ -301,8 +301,9 @@ K8S_GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "cpu": Non
 # (no capability) reads the weights through the mode bits alone. The marker is the pinned
 # manifest hash, then the size, mtime, inode and name of every file as they were when their
 # bytes were checked (K8S_LISTING), so a file changed, replaced, added or removed since is seen.
-K8S_LISTING = "find . -type f -exec stat -c '%s %Y %i %n' {} + | LC_ALL=C sort"
+K8S_LISTING = "listing() { find . -type f -exec stat -c '%s %Y %i %n' {} + | LC_ALL=C sort; }"
 K8S_PREFILL_SCRIPT = r"""set -eu
+LISTING
 w=${MM3_WEIGHTS_DIR:-/weights}
 rev=$MM3_REVISION
 dir=$w/$rev
@@ -312,7 +313,7 @@ url=rsync://$MM3_RSYNC_USER@$MM3_RSYNC_SERVER:$MM3_RSYNC_PORT/weights/$MM3_REPO
 pw=${MM3_PASSWORD_FILE:-/etc/weights_sync/rsync.password}
 if [ -f "$marker" ] && [ "$(head -n 1 "$marker")" = "$MM3_MANIFEST_SHA256" ] && [ -f "$man" ] \
    && [ "$(sha256sum "$man" | cut -d' ' -f1)" = "$MM3_MANIFEST_SHA256" ] && [ -d "$dir" ] \
-   && [ "$(tail -n +2 "$marker")" = "$(cd "$dir" && LISTING)" ]; then
+   && [ "$(tail -n +2 "$marker")" = "$(cd "$dir" && listing)" ]; then
   chown -R 0:0 "$dir"
   chmod -R u=rwX,go=rX "$dir"
   echo "prefill: $MM3_REPO@$rev is already verified in this volume"
@@ -347,24 +348,27 @@ if [ -n "$extra" ]; then
   echo "prefill: files not in the manifest of $MM3_REPO@$rev: $extra; no marker written" >&2
   exit 3
 fi
-{ printf '%s\n' "$MM3_MANIFEST_SHA256"; LISTING; } > "$marker.tmp"
+{ printf '%s\n' "$MM3_MANIFEST_SHA256"; listing; } > "$marker.tmp"
 mv "$marker.tmp" "$marker"
 echo "prefill: $MM3_REPO@$rev verified against manifest $MM3_MANIFEST_SHA256"
 """.replace("LISTING", K8S_LISTING)
 # The engine pod's first init container: serve only a revision the pre-fill verified, whose
 # files are still as they were when their bytes were checked (no temporary file: the root
 # filesystem is read-only).
-K8S_MARKER_SCRIPT = r"""m=/weights/$MM3_REVISION.verified
+K8S_MARKER_SCRIPT = r"""LISTING
+m=/weights/$MM3_REVISION.verified
 if [ "$(head -n 1 "$m" 2>/dev/null)" != "$MM3_MANIFEST_SHA256" ]; then
   echo "weights $MM3_REVISION are not verified in this volume ($m does not hold \
 the pinned manifest hash $MM3_MANIFEST_SHA256): run the pre-fill Job (playbooks/k8s.yml) first" >&2
   exit 1
 fi
 expected=$(tail -n +2 "$m")
-now=$(cd "/weights/$MM3_REVISION" && LISTING)
+now=$(cd "/weights/$MM3_REVISION" && listing)
 if [ -z "$expected" ] || [ "$now" != "$expected" ]; then
   changed=$( { printf '%s\n' "$expected"; echo --; printf '%s\n' "$now"; } \
-    | awk '$0 == "--" { s = 1; next } !s { e[$0] = 1; next } !($0 in e) { sub(/^[0-9]+ [0-9]+ [0-9]+ [.][/]/, ""); print }' \
+    | awk '$0 == "--" { s = 1; next }
+      !s { e[$0] = 1; next }
+      !($0 in e) { sub(/^[0-9]+ [0-9]+ [0-9]+ [.][/]/, ""); print }' \
     | head -n 5 | tr '\n' ' ')
   echo "weights $MM3_REVISION changed in this volume since the pre-fill verified them \
 (size, mtime or inode of: ${changed:-a file that is gone}): run the pre-fill Job again" >&2
