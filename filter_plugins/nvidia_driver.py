@@ -55,6 +55,58 @@ def apt_names(rows):
     return ["%s=%s" % (row["package"], row["version"]) if row.get("version") else row["package"] for row in rows]
 
 
+def pins(rows, priority, family):
+    """apt's pins for the install list (the preferences roles/apt_repository writes): one per
+    pinned version, holding the named packages and every package of the driver's family at exactly
+    that version. `family` is apt's regular expressions for the family's names (apt_preferences(5):
+    a /regex/ in Package: expands to every package whose name matches; a version pin under
+    `Package: *` is not understood). The named package's Depends ask for its siblings at
+    `(= version)`, and apt otherwise picks each sibling's newest version, so the install stops
+    ("Depends: libnvidia-compute-580 (= 580.95.05-0ubuntu1) but 580.159.04-1ubuntu1 is to be
+    installed") as soon as the repository holds a newer release, and a later apt upgrade splits the
+    family. The version must match exactly, so a name the pattern also matches is pinned only at
+    the driver's own version: nothing else is pulled in or held."""
+    family = [str(pattern) for pattern in family or []]
+    grouped = {}
+    for row in rows:
+        if row.get("version"):
+            grouped.setdefault(str(row["version"]), []).append(str(row["package"]))
+    return [{"packages": grouped[version] + family, "pin": "version " + version, "priority": priority}
+            for version in sorted(grouped)]
+
+
+def persistenced_exec(unit_text, fallback):
+    """The ExecStart= of nvidia-persistenced in persistence mode, from the unit its package installed:
+    the package's own command line (its --user and --group: nvidia-persistenced on Ubuntu's
+    packages, nvpd on Debian's, whose postinst creates that user, none in NVIDIA's own Ubuntu
+    packaging; tests/standin/fixtures/nvidia-persistenced) with --no-persistence-mode
+    dropped and --persistence-mode added. `fallback` (the distribution's documented line) only
+    where no unit is installed yet (a check run ahead of the packages). Refuses a unit whose last
+    ExecStart= does not run nvidia-persistenced or holds what a drop-in's one line cannot carry."""
+    text = str(unit_text or "")
+    if not text.strip():
+        return str(fallback)
+    section, line = None, None
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped
+        elif section == "[Service]" and stripped.startswith("ExecStart="):
+            line = stripped[len("ExecStart="):].strip() or None  # an empty ExecStart= resets the list
+    tokens = line.split() if line else []
+    # systemd's prefixes (-, @, :, +, !) go with the program; only a plain path is carried over
+    program = tokens[0].lstrip("-@:+!") if tokens else ""
+    if not program.endswith("/nvidia-persistenced") or any('"' in t or "'" in t or "\\" in t for t in tokens):
+        raise AnsibleFilterError(
+            "nvidia_driver cannot read the persistence daemon's command from its installed unit (ExecStart=%s): "
+            "it must run /usr/bin/nvidia-persistenced with plain options. Reinstall the nvidia-persistenced "
+            "package, or remove a local unit that replaces it." % (line or "",))
+    args = [t for t in tokens[1:] if t != "--no-persistence-mode"]
+    if "--persistence-mode" not in args:
+        args.append("--persistence-mode")
+    return " ".join([program] + args)
+
+
 def imex_nodes(addresses, hosts=None):
     """IMEX's nodes_config.cfg lines: one IP address per node of the NVLink domain ("Before starting
     the service, an administrator ... must populate the IP address information of all involved
@@ -105,6 +157,8 @@ class FilterModule(object):
         return {
             "nvidia_driver_install_list": install_list,
             "nvidia_driver_apt_names": apt_names,
+            "nvidia_driver_pins": pins,
+            "nvidia_driver_persistenced_exec": persistenced_exec,
             "nvidia_driver_imex_nodes": imex_nodes,
             "nvidia_driver_revision": revision,
         }

@@ -42,7 +42,9 @@ def driver_packages(ver):
              description="NVIDIA open GPU kernel modules (DKMS) - STAND-IN"),
         dict(name="nvidia-persistenced", version=rev,
              files=[("nvidia-persistenced", "usr/bin/nvidia-persistenced", {})],
+             # Debian's unit and postinst as recorded (runs as nvpd, which the postinst adds)
              units={"nvidia-persistenced.service": PERSISTENCED_UNIT},
+             postinst=PERSISTENCED_POSTINST,
              description="NVIDIA persistence daemon - STAND-IN"),
         dict(name="nvidia-driver", version=rev,
              depends="nvidia-kernel-open-dkms (= %s), nvidia-persistenced (= %s)" % (rev, rev),
@@ -123,18 +125,9 @@ def amd_repositories(src):
     return repos
 
 
-PERSISTENCED_UNIT = """[Unit]
-Description=NVIDIA Persistence Daemon (stand-in)
-Wants=syslog.target
-
-[Service]
-Type=simple
-ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
-ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
-
-[Install]
-WantedBy=multi-user.target
-"""
+# RECORDED (fixtures/nvidia-persistenced/README.md): read from SOURCE_DIR when the package is built.
+PERSISTENCED_UNIT = ("fixtures", "nvidia-persistenced", "debian.service")
+PERSISTENCED_POSTINST = ("fixtures", "nvidia-persistenced", "debian.postinst")
 FM_UNIT = """[Unit]
 Description=NVIDIA fabric manager service (stand-in)
 
@@ -190,6 +183,14 @@ REPOS = {
 }
 
 
+def recorded_text(src, text):
+    """A text given inline, or the file of a recorded fixture ((directory, ..., name) under SOURCE_DIR)."""
+    if isinstance(text, tuple):
+        with open(os.path.join(src, *text)) as fh:
+            return fh.read()
+    return text
+
+
 def build_deb(src, pkg, pool):
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
@@ -211,7 +212,12 @@ def build_deb(src, pkg, pool):
             path = os.path.join(root, "lib/systemd/system", unit)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as fh:
-                fh.write(text)
+                fh.write(recorded_text(src, text))
+        if pkg.get("postinst"):
+            path = os.path.join(root, "DEBIAN", "postinst")
+            with open(path, "w") as fh:
+                fh.write(recorded_text(src, pkg["postinst"]).replace("#DEBHELPER#", ""))
+            os.chmod(path, 0o755)
         if pkg.get("fixtures"):
             shutil.copytree(os.path.join(src, "fixtures"), os.path.join(root, "usr/share/standin/gpu"))
         if pkg.get("info_version"):

@@ -205,3 +205,41 @@ def test_revision_by_version(version, expected):
 def test_no_revision_known_is_refused():
     with pytest.raises(Exception, match="no driver package revision"):
         nvd.revision("550.1", [{"from": "580", "revision": "-1"}])
+
+
+UNITS = os.path.join(ROOT, "tests", "standin", "fixtures", "nvidia-persistenced")
+
+
+def recorded_unit(name):
+    with open(os.path.join(UNITS, name)) as handle:
+        return handle.read()
+
+
+@pytest.mark.parametrize("unit, expected", [
+    # Debian's packaging runs the daemon as nvpd (its postinst adds that user): the old drop-in's
+    # --user nvidia-persistenced named a user that does not exist there, so the daemon never started.
+    ("debian.service", "/usr/bin/nvidia-persistenced --user nvpd --group video --persistence-mode"),
+    ("ubuntu-archive.service", "/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose --persistence-mode"),
+    ("nvidia-ubuntu-packaging.service", "/usr/bin/nvidia-persistenced --verbose --persistence-mode"),
+])
+def test_persistence_daemon_keeps_the_installed_units_command(unit, expected):
+    assert nvd.persistenced_exec(recorded_unit(unit), "unused") == expected
+
+
+def test_persistence_daemon_fallback_only_without_a_unit():
+    assert nvd.persistenced_exec("", "/usr/bin/nvidia-persistenced --persistence-mode") == \
+        "/usr/bin/nvidia-persistenced --persistence-mode"
+    # a drop-in that resets ExecStart= and sets its own: the last one counts, as systemd reads it
+    text = recorded_unit("debian.service") + "\n[Service]\nExecStart=\nExecStart=-/usr/bin/nvidia-persistenced --user x\n"
+    assert nvd.persistenced_exec(text, "unused") == "/usr/bin/nvidia-persistenced --user x --persistence-mode"
+
+
+@pytest.mark.parametrize("text", [
+    "[Service]\nExecStart=/bin/sh -c 'nvidia-persistenced'\n",
+    "[Service]\nExecStart=\n",
+    "[Unit]\nExecStart=/usr/bin/nvidia-persistenced\n",
+    "[Service]\nExecStart=/usr/bin/nvidia-persistenced --user \"a b\"\n",
+])
+def test_persistence_daemon_unit_that_cannot_be_carried_is_refused(text):
+    with pytest.raises(Exception, match="cannot read the persistence daemon's command"):
+        nvd.persistenced_exec(text, "unused")

@@ -81,6 +81,10 @@ def test_nouveau_out_persistence_mode_and_the_new_module_loaded_after_one_reboot
     dropin = host.file("/etc/systemd/system/nvidia-persistenced.service.d/persistence-mode.conf").content_string
     assert re.search(r"^ExecStart=$", dropin, re.M) and "--persistence-mode" in dropin
     assert host.file("/run/standin/nvidia/persistence-mode").content_string.strip() == "Enabled"
+    # the user of the installed unit (Debian's packaging runs it as nvpd), not an assumed one
+    assert re.search(r"^ExecStart=/usr/bin/nvidia-persistenced --user nvpd --group video --persistence-mode$",
+                     dropin, re.M)
+    assert host.file("/run/standin/nvidia/persistenced-user").content_string.strip() == "nvpd"
     assert "Open Kernel Module for x86_64  580.95.05 " in host.file("/run/standin/nvidia/version").content_string
     assert len(host.file("/run/standin/boot_id").content_string.strip()) == 36
 
