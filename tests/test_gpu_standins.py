@@ -160,3 +160,24 @@ def test_hardware_standin_is_the_recorded_machine(tmp_path):
         if b"SMDL=SW_MNG" in data:
             marked.append(address)
     assert marked == ["0000:a0:00.0", "0000:a0:00.1"]
+
+
+# Which recorded machine (tests/fixtures/hardware) each stand-in GPU table belongs to: molecule/
+# nvidia_host's h200 node is the recorded HGX H200, its b200 node the recorded HGX B200.
+TABLE_MACHINE = {"h200-8-nvswitch": "hgx-h200", "h200-fabric-in-progress": "hgx-h200", "h200-mig-on": "hgx-h200",
+                 "b200-8": "hgx-b200", "b200-7gpus": "hgx-b200"}
+
+
+@pytest.mark.parametrize("table, machine", sorted(TABLE_MACHINE.items()))
+def test_gpu_tables_name_the_bus_ids_of_their_machines_gpus(table, machine):
+    """nvidia-smi's pci.bus_id is lspci's address with an 8-digit domain, in capitals
+    (0000:1b:00.0 -> 00000000:1B:00.0): a table whose GPUs sit elsewhere than its machine's 3D
+    controllers is another machine (issue 36: they were the PCIe H200 NVL's)."""
+    with open(os.path.join(ROOT, "tests", "fixtures", "hardware", machine + ".yml")) as handle:
+        lspci = yaml.safe_load(handle)["lspci"].splitlines()
+    gpus = ["0000" + line.split()[0].upper() for line in lspci if "3D controller [0302]" in line
+            and "[10de:" in line]
+    with open(os.path.join(STANDIN, "fixtures", table + ".csv")) as handle:
+        rows = [line.split(", ") for line in handle.read().splitlines() if line and not line.startswith("#")]
+    bus_ids = [row[3] for row in rows]
+    assert bus_ids == gpus[:len(bus_ids)] and len(bus_ids) >= 7
