@@ -65,12 +65,12 @@ def test_the_pin_wins_over_other_versions_in_the_repository(host):
     assert re.search(r"Candidate:\s580\.95\.05-1", policy)
     assert re.search(r"\*\*\* 580\.95\.05-1 1001", policy)
     pin = host.file("/etc/apt/preferences.d/nvidia-driver.pref").content_string
-    # As roles/nvidia_driver/templates/nvidia-driver.pref.j2 wrote it before roles/apt_repository
-    # (one stanza per version; NVLSM and infiniband-diags are not pinned to the driver's version).
-    pinned = PINNED + (["libnvsdm"] if is_b200(host) else [])
+    # One stanza per version: the named packages, then the family's apt regex (every sibling at
+    # exactly that version); NVLSM and infiniband-diags are not pinned to the driver's version.
+    pinned = PINNED + (["libnvsdm"] if is_b200(host) else []) + ["/nvidia|^libcuda|^libnv|^libxnvctrl|^cuda-drivers/"]
     assert pin == (
-        "# Managed by Ansible (nvidia_driver): the driver and the fabric pieces that must carry\n"
-        "# exactly its version; anything else from the CUDA repository stays below the archive.\n"
+        "# Managed by Ansible (nvidia_driver): the driver, its family and the fabric pieces that must\n"
+        "# carry exactly its version; anything else from the CUDA repository stays below the archive.\n"
         "Package: %s\nPin: version 580.95.05-1\nPin-Priority: 1001\n" % " ".join(pinned))
 
 
