@@ -223,6 +223,22 @@ def diagnose_episode(text, unit):
     return "\n".join(lines[begin:])
 
 
+# An access-log line of a request the gateway passed and the engine answered (status 1xx-3xx, no
+# refusal): routine traffic, which a busy gateway writes thousands of (roles/gateway's log-format).
+ROUTINE_ACCESS = re.compile(r"^mm3-gateway client=\S* src=\S* method=\S* path=\S* status=[123]\d\d .*refusal=-\s*$")
+
+
+def diagnose_gateway_lines(text, keep=None):
+    """The gateway's journal as evidence: HAProxy's own messages and every refused or failed
+    request, the routine lines left out, the last `keep` of them. Read as the last N lines, a burst
+    of healthy traffic pushed the refusal that explains a symptom out of the window."""
+    lines = [line for line in str(text or "").splitlines() if not ROUTINE_ACCESS.match(line)]
+    count = _int(keep, 0)
+    if count > 0:
+        lines = lines[-count:]
+    return "\n".join(lines)
+
+
 def diagnose_evidence(raw):
     """Turn what the role read on a node into evidence: {engine, kernel, gateway, state, verify},
     text each. `raw` holds the command outputs and stats the tasks
@@ -263,7 +279,7 @@ def diagnose_evidence(raw):
     return {
         "engine": diagnose_episode(logs.get("engine"), r.get("unit_name")),
         "kernel": str(logs.get("kernel") or ""),
-        "gateway": str(logs.get("gateway") or ""),
+        "gateway": diagnose_gateway_lines(logs.get("gateway"), r.get("log_lines")),
         "state": "\n".join(state),
         "verify": "\n".join(verify_lines),
         # nvidia-smi -q (fabric, ECC, remapped rows, clocks) or rocm-smi, whole, for the bundle.

@@ -373,3 +373,29 @@ def test_the_gpus_fabric_state_from_nvidia_smi_q():
         facts(gpu_fabric=hardware.fabric_states(training)))
     assert state_findings(gpu_fabric=hardware.fabric_states(trained)) == []
     assert state_findings(gpu_fabric=[]) == []   # a PCIe node prints no Fabric block
+
+
+def test_a_burst_of_routine_traffic_hides_no_gateway_refusal_or_failure():
+    """The gateway's journal is read as its last messages, refusals and failures: routine requests
+    (status 1xx-3xx, no refusal) are left out before the window is cut. Read as the last 400 lines,
+    the lab's access-log burst (400 x GET /health 200) pushed the verification's media refusal out
+    and the drill's diagnosis found nothing. Recorded: the real HAProxy's journal on the lab."""
+    _header, recorded_journal = fixture("healthy-gateway-lab.log")
+    lines = recorded_journal.splitlines()
+    routine = [line for line in lines if "path=/health status=200 " in line]
+    other = [line for line in lines if diagnose.ROUTINE_ACCESS.match(line) is None]
+    assert len(routine) > 300 and any(line.startswith("[ALERT]") for line in other)
+    # the outage and its 503s, then a second burst of routine traffic twice the window's size
+    journal = "\n".join(lines + routine * 3)
+    raw = {"unit_name": "minimax-m3", "log_lines": 400,
+           "logs": [{"__diagnose_log": {"source": "gateway"}, "stdout": journal, "stderr": ""}]}
+    kept = diagnose.diagnose_evidence(raw)["gateway"].splitlines()
+    assert kept == other[-400:]
+    assert any("status=503" in line for line in kept) and not any(diagnose.ROUTINE_ACCESS.match(x) for x in kept)
+
+
+def test_the_window_of_gateway_lines_is_the_last_n():
+    text = "\n".join("mm3-gateway client=a src=1.2.3.4 method=POST path=/v1/chat/completions status=429 bytes=1 "
+                     "ttfb_ms=-1 total_ms=0 refusal=rate-%d" % i for i in range(10))
+    assert diagnose.diagnose_gateway_lines(text, 3).splitlines()[0].endswith("refusal=rate-7")
+    assert len(diagnose.diagnose_gateway_lines(text, None).splitlines()) == 10
