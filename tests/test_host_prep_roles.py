@@ -66,10 +66,16 @@ def test_prepare_chooses_gpu_roles_by_vendor_data():
     assert play["roles"][0] == {"role": "serving"}
     assert set(play["vars"]["prepare_gpu_roles"]) == {"nvidia", "amd", "cpu"}
     names = [t.get("ansible.builtin.include_role", {}).get("name") for t in play["tasks"]]
-    assert names[:2] == ["preflight", "docker_engine"] and names[-1] == "preflight"
+    assert names[:2] == ["preflight", "docker_engine"] and names[-2] == "preflight"
     gpu = [t for t in play["tasks"] if "loop" in t][0]
     assert "gpu" in gpu["tags"] and gpu["ansible.builtin.include_role"]["apply"]["tags"] == ["gpu"]
     assert "when" not in gpu
+    # the burn-in gate comes last, after the second preflight, chosen by the same vendor data
+    burnin = play["tasks"][-1]
+    assert burnin["ansible.builtin.include_role"]["name"] == "{{ prepare_burnin_role }}"
+    assert set(play["vars"]["prepare_burnin_roles"]) == set(play["vars"]["prepare_gpu_roles"])
+    assert play["vars"]["prepare_burnin_roles"]["nvidia"] == ["gpu_burnin"]
+    assert "gpu" in burnin["tags"] and "when" not in burnin
 
 
 def test_prepare_rolls_in_batches_and_the_molecule_drill_batches_the_same():

@@ -129,9 +129,11 @@ def test_spec_contract_b200(tmp_path):
     rc, out, spec = run_serving({"serving_profile": "b200"}, tmp_path)
     assert rc == 0, out[-3000:]
     assert spec["status"] == "validated" and spec["engine"] == "sglang" and spec["tp"] == 8
+    burnin = spec["gpu"].pop("burnin")
     assert spec["gpu"] == {"vendor": "nvidia", "model": "B200", "count": 8,
                            "driver_floor": "570.133.20", "rocm_floor": None, "rocm_default": None,
                            "fabric": "nvlink5"}
+    assert burnin["min_busbw_gbps"] == 340 and "nccl-tests#212" in burnin["source"]
     assert spec["capabilities"] == ["text", "reasoning", "tools", "image"]
     weights = spec["weights"]
     assert weights["repo"] == "MiniMaxAI/MiniMax-M3-MXFP8"
