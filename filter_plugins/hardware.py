@@ -171,6 +171,43 @@ def fabric_states(text):
     return [state.strip() for state in re.findall(r"Fabric\s*\n\s*State\s*:\s*([^\n]+)", str(text or ""))]
 
 
+_FABRIC_BLOCK = re.compile(r"^(\s*)Fabric\s*\n((?:\1\s+\S[^\n]*\n?)+)", re.M)
+
+
+def fabric_blocks(text):
+    """Each GPU's Fabric block of `nvidia-smi -q` text: [{state, status, clique, cluster, health}]
+    (a field the block does not print is None; health is its Health Summary). NVML's values
+    (tests/fixtures/hardware/recorded/FABRIC-VALUES.md): State Not Supported / Not Started /
+    In Progress / Completed; Status, once Completed, an NVML return code (Success, Insufficient
+    Resources, ...); Health Summary Not Supported / Healthy / Unhealthy / Limited Capacity."""
+    blocks = []
+    for _, body in _FABRIC_BLOCK.findall(str(text or "")):
+        fields = dict((k.strip(), v.strip()) for k, v in re.findall(r"^\s*([A-Za-z][^:\n]*?)\s*:\s*([^\n]*)$", body, re.M))
+        blocks.append({"state": fields.get("State"), "status": fields.get("Status"), "clique": fields.get("CliqueId"),
+                       "cluster": fields.get("ClusterUUID"), "health": fields.get("Summary")})
+    return blocks
+
+
+def fabric_problems(blocks):
+    """What keeps a node's NVLink fabric (fabric_blocks) from serving, as sentences naming the GPUs
+    by their order in nvidia-smi: a State other than Completed, a Status other than Success once
+    Completed (NVML's error, e.g. Insufficient Resources), a Health Summary Unhealthy or Limited
+    Capacity. [] when every GPU is ready or none prints a fabric."""
+    problems = []
+
+    def gpus(select):
+        return ", ".join("GPU %d" % i for i, b in enumerate(blocks) if select(b))
+
+    for state in sorted({b["state"] for b in blocks if b["state"] != "Completed"}, key=str):
+        problems.append("fabric State %s on %s (need Completed)" % (state, gpus(lambda b, s=state: b["state"] == s)))
+    for status in sorted({b["status"] for b in blocks if b["state"] == "Completed" and b["status"] != "Success"}, key=str):
+        problems.append("fabric Status %s on %s (need Success)"
+                        % (status, gpus(lambda b, s=status: b["state"] == "Completed" and b["status"] == s)))
+    for health in sorted({b["health"] for b in blocks if b["health"] in ("Unhealthy", "Limited Capacity")}):
+        problems.append("fabric Health Summary %s on %s (need Healthy)" % (health, gpus(lambda b, h=health: b["health"] == h)))
+    return problems
+
+
 # `nvidia-imex-ctl -N` (IMEX guide, command service): "Node #0   - 172.31.48.81    - READY   - Version: 570.172",
 # a connectivity matrix of one-letter states (C = Connected; I, N, R, D, A, !V!, !M! are not), then
 # "Domain State: UP". tests/fixtures/hardware/imex-ctl.yml holds real captures.
@@ -223,6 +260,8 @@ class FilterModule(object):
     def filters(self):
         return {
             "hardware_fabric_states": fabric_states,
+            "hardware_fabric_blocks": fabric_blocks,
+            "hardware_fabric_problems": fabric_problems,
             "hardware_imex_domain": imex_domain,
             "hardware_imex_problems": imex_problems,
             "hardware_gpu_count": gpu_count,

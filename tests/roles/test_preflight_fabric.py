@@ -19,7 +19,14 @@ CASES = {
     "settles": (["h200-fabric-in-progress", "h200-8-nvswitch"], 30, "pass", ["Completed (need Completed)"]),
     "stuck": (["h200-fabric-in-progress"], 6, "fail",
               ["fabric state per GPU: In Progress (need Completed) after waiting up to 6 s"]),
+    # real Fabric blocks (tests/fixtures/hardware/recorded): State Completed is not enough
+    "insufficient": (["recorded:azure-fabric-insufficient-resources"], 6, "fail",
+                     ["fabric state per GPU: Completed (need Completed); "
+                      "fabric Status Insufficient Resources on GPU 0 (need Success)"]),
+    "unhealthy": (["recorded:gb200-fabric-unhealthy"], 6, "fail",
+                  ["fabric Health Summary Unhealthy on GPU 0 (need Healthy)"]),
 }
+RECORDED = os.path.join(ROOT, "tests", "fixtures", "hardware", "recorded")
 # Each read replays the next fixture of the case (the last one from then on).
 READ = """n=$(cat "$1/reads" 2>/dev/null || echo 0); echo $((n + 1)) > "$1/reads"
 fixture=$(sed -n "$((n + 1))p" "$1/fixtures"); [ -n "$fixture" ] || fixture=$(tail -n 1 "$1/fixtures")
@@ -68,8 +75,11 @@ def results(tmp_path_factory):
         (root / "run/standin/nvidia/version").write_text(
             "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder)\n")
         (root / "fixtures").write_text("".join(f + "\n" for f in fixtures))
-        cases.append({"command": ["sh", str(tmp / "read.sh"), str(root), os.path.join(STANDIN, "bin", "nvidia-smi")],
-                      "wait": wait})
+        command = ["sh", str(tmp / "read.sh"), str(root), os.path.join(STANDIN, "bin", "nvidia-smi")]
+        if fixtures[0].startswith("recorded:"):
+            command = ["sh", "-c", 'echo 1 > "$0/reads"; grep -v "^#" "$1"', str(root),
+                       os.path.join(RECORDED, fixtures[0].split(":", 1)[1], "nvidia-smi-q-fabric.txt")]
+        cases.append({"command": command, "wait": wait})
     (tmp / "play.yml").write_text(PLAY)
     runner, text = run_playbook(str(tmp / "play.yml"), tmp, extravars={
         "serving_spec": {"gpu": {"fabric": "nvswitch"}}, "cases": cases, "out": str(tmp / "results.json")})

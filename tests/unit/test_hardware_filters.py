@@ -153,3 +153,39 @@ def test_a_configured_node_the_domain_does_not_show_is_named():
     the node was configured with but the domain lacks is reported, comments and blank lines aside."""
     problems = hardware.imex_problems(imex("gh200-2node-570.00"), ["# domain", "10.136.206.47", "", "10.136.206.49"])
     assert problems == ["nodes_config.cfg lists 10.136.206.49, which the domain does not show"]
+
+
+RECORDED = os.path.join(ROOT, "tests", "fixtures", "hardware", "recorded")
+
+
+def _recorded_fabric(name):
+    with open(os.path.join(RECORDED, name, "nvidia-smi-q-fabric.txt")) as handle:
+        return handle.read()
+
+
+@pytest.mark.parametrize("name, block, problems", [
+    ("azure-fabric-insufficient-resources",
+     {"state": "Completed", "status": "Insufficient Resources", "clique": "0",
+      "cluster": "00000000-0000-0000-0000-000000000000", "health": None},
+     ["fabric Status Insufficient Resources on GPU 0 (need Success)"]),
+    ("gb200-fabric-unhealthy",
+     {"state": "Completed", "status": "Success", "clique": "2",
+      "cluster": "dc6e40c4-d722-4357-9ba6-5291dd461278", "health": "Unhealthy"},
+     ["fabric Health Summary Unhealthy on GPU 0 (need Healthy)"]),
+    ("hgx-b200-fabric-in-progress",
+     {"state": "In Progress", "status": "N/A", "clique": "N/A", "cluster": "N/A", "health": "N/A"},
+     ["fabric State In Progress on GPU 0 (need Completed)"]),
+])
+def test_recorded_fabric_blocks_that_cannot_serve_are_named(name, block, problems):
+    """Real Fabric blocks (public threads, tests/fixtures/hardware/recorded): State Completed alone
+    is not ready; Status and the Health Summary count too."""
+    blocks = hardware.fabric_blocks(_recorded_fabric(name))
+    assert blocks == [block]
+    assert hardware.fabric_problems(blocks) == problems
+
+
+def test_a_healthy_nvswitch_node_has_no_fabric_problem():
+    text = "\n".join("    Fabric\n        State : Completed\n        Status : Success\n        CliqueId : 0\n"
+                     "        Health\n            Summary : Healthy\n            Bandwidth : Full" for _ in range(8))
+    assert len(hardware.fabric_blocks(text)) == 8
+    assert hardware.fabric_problems(hardware.fabric_blocks(text)) == []
