@@ -523,9 +523,47 @@ def manifest_pin_for(inventory_pin, repo_facts, revision, inventory_revision):
 INPUTS = ("profile", "engine", "allow_inferred", "bind_address", "port", "api_key", "api_key_defined",
           "image", "allow_unpinned_image", "weights_revision", "weights_manifest_sha256", "weights_root",
           "profile_overrides", "tuning", "capabilities", "gpu_count", "allow_request_logging", "gateway",
-          "media_domains", "allow_container_privileges")
+          "media_domains", "allow_container_privileges", "host", "imex_domain", "imex_domain_members")
 TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources",
           "engine_args", "vendor_container_notes")
+
+
+def imex_domain(gpu, matrix, host, domain, members, blockers):
+    """The IMEX domain of a GB-series tray (profile fabric imex): {group, hosts}. A tray names its
+    NVLink domain with serving_imex_domain, the inventory group holding exactly the trays of that
+    domain (members: {host: its serving_profile} of that group, None when no such group exists);
+    unset, the tray is a domain of its own (a single-tray profile needs no other tray). Refused,
+    into blockers: a domain on a profile without IMEX, a group that does not exist, a tray outside
+    its own group, and a member whose profile has no IMEX fabric (an H200 in a GB200 rack).
+    None for profiles without IMEX."""
+    named = None if domain in (None, "") else domain
+    if gpu.get("fabric") != "imex":
+        if named is not None:
+            blockers.append("serving_imex_domain is %r but this profile's GPUs (%s) have no IMEX domain: "
+                            "unset serving_imex_domain for this node (only GB-series trays join one)."
+                            % (named, gpu.get("model")))
+        return None
+    if named is None:
+        return {"group": None, "hosts": [host] if host else []}
+    if not isinstance(named, str) or not v.is_word(named):
+        blockers.append("serving_imex_domain must be the name of the inventory group holding the trays of this "
+                        "node's NVLink domain, not %r." % (named,))
+        return {"group": None, "hosts": [host] if host else []}
+    if not isinstance(members, dict):
+        blockers.append("serving_imex_domain names group '%s', which the inventory does not have: put the trays "
+                        "of this NVLink domain in that group (one group per domain)." % named)
+        return {"group": named, "hosts": [host] if host else []}
+    hosts = list(members)
+    if host and host not in hosts:
+        blockers.append("serving_imex_domain names group '%s', which does not hold %s: a tray's domain group must "
+                        "hold the tray itself (set serving_imex_domain in that group's group_vars)." % (named, host))
+    foreign = ["%s (%s)" % (member, profile) for member, profile in members.items()
+               if ((matrix.get(profile) or {}).get("gpu") or {}).get("fabric") != "imex"]
+    if foreign:
+        blockers.append("IMEX domain '%s' holds %s, whose profile has no IMEX fabric: a domain group holds only "
+                        "the GB-series trays of one NVLink domain; move the others out of it."
+                        % (named, ", ".join(sorted(foreign))))
+    return {"group": named, "hosts": hosts}
 
 
 def serving_resolve(inputs, tables):
@@ -591,7 +629,7 @@ def serving_resolve(inputs, tables):
         "health_path": None, "args": [], "arg_sources": [], "source": None, "env": {},
         "entrypoint": [], "command": [], "command_sources": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
         "auth": bool(api_key_set), "gateway": gateway, "tuning": list(tuning), "container": {},
-        "container_loosened": [], "container_notes": [],
+        "container_loosened": [], "container_notes": [], "imex": None,
         "blockers": blockers,
     }
 
@@ -610,6 +648,8 @@ def serving_resolve(inputs, tables):
                         ">= 1." % (profile, entry.get("tp")))
         tp = 0
     spec.update(description=entry.get("description"), status=entry.get("status"), gpu=gpu, tp=tp)
+
+    spec["imex"] = imex_domain(gpu, matrix, get("host"), get("imex_domain"), get("imex_domain_members"), blockers)
 
     # Validation status: inferred rows need an explicit acknowledgement.
     if entry.get("status") != "validated" and not allow_inferred:

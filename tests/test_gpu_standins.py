@@ -165,7 +165,7 @@ def test_hardware_standin_is_the_recorded_machine(tmp_path):
 # Which recorded machine (tests/fixtures/hardware) each stand-in GPU table belongs to: molecule/
 # nvidia_host's h200 node is the recorded HGX H200, its b200 node the recorded HGX B200.
 TABLE_MACHINE = {"h200-8-nvswitch": "hgx-h200", "h200-fabric-in-progress": "hgx-h200", "h200-mig-on": "hgx-h200",
-                 "b200-8": "hgx-b200", "b200-7gpus": "hgx-b200"}
+                 "b200-8": "hgx-b200", "b200-7gpus": "hgx-b200", "gb200-tray-4": "gb200-tray"}
 
 
 @pytest.mark.parametrize("table, machine", sorted(TABLE_MACHINE.items()))
@@ -180,4 +180,4 @@ def test_gpu_tables_name_the_bus_ids_of_their_machines_gpus(table, machine):
     with open(os.path.join(STANDIN, "fixtures", table + ".csv")) as handle:
         rows = [line.split(", ") for line in handle.read().splitlines() if line and not line.startswith("#")]
     bus_ids = [row[3] for row in rows]
-    assert bus_ids == gpus[:len(bus_ids)] and len(bus_ids) >= 7
+    assert bus_ids == gpus[:len(bus_ids)] and len(bus_ids) >= min(7, len(gpus))

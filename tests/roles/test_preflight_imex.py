@@ -6,6 +6,7 @@ One playbook run checks every case (a loop), to keep the suite's minutes.
 """
 import json
 import pathlib
+import sys
 
 import pytest
 import yaml
@@ -81,3 +82,78 @@ def test_a_failure_names_the_fix(results):
     assert "journalctl -u nvidia-imex" in results["degraded"]["fix"]
     assert "/etc/nvidia-imex/nodes_config.cfg" not in results["degraded"]["fix"]  # the node's own file is named
     assert results["degraded"]["fix"].count(".cfg everywhere") == 1
+
+
+# A fresh two-tray rack prepared one tray at a time (prepare.yml's default prepare_serial: 1): the
+# real serving role resolves each tray's domain from its inventory group (serving_imex_domain), and
+# preflight's IMEX check, run before and after each tray's "installation" as prepare.yml runs it,
+# is pending on the first tray (its peer has no IMEX yet) and judges the whole domain on the last.
+RACK_INVENTORY = """all:
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: PYTHON
+    serving_profile: gb200
+    serving_allow_inferred: true
+  children:
+    nodes:
+      hosts:
+        tray1: {}
+        tray2: {}
+    rack_a:
+      hosts:
+        tray1: {}
+        tray2: {}
+      vars:
+        serving_imex_domain: rack_a
+"""
+RACK_PLAY = """- hosts: nodes
+  gather_facts: false
+  serial: 1
+  vars:
+    serving_collect_blockers: true
+    __preflight_results: []
+    __preflight_missing_status: fail
+  roles:
+    - role: serving
+  tasks:
+    - name: First preflight (before the GPU stack), then the tray's IMEX "comes up", then the second preflight
+      ansible.builtin.include_role:
+        name: preflight
+        tasks_from: imex
+      vars:
+        preflight_imex_ctl_command: [cat, "{{ capture }}"]
+        preflight_imex_nodes_file: "{{ nodes_file }}"
+      loop: [first, second]
+    - name: Keep what each tray recorded, and its resolved domain
+      ansible.builtin.copy:
+        content: "{{ {'results': __preflight_results, 'imex': serving_spec.imex} | to_json }}"
+        dest: "{{ out }}/{{ inventory_hostname }}.json"
+        mode: "0600"
+"""
+
+
+@pytest.fixture(scope="module")
+def rack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rack")
+    (tmp / "inventory.yml").write_text(RACK_INVENTORY.replace("PYTHON", sys.executable))
+    (tmp / "play.yml").write_text(RACK_PLAY)
+    (tmp / "capture.txt").write_text(CAPTURES["gh200-2node-570.00"])
+    (tmp / "nodes_config.cfg").write_text("10.136.206.47\n10.136.206.48\n")
+    runner, text = run_playbook(str(tmp / "play.yml"), tmp, inventory=str(tmp / "inventory.yml"), extravars={
+        "capture": str(tmp / "capture.txt"), "nodes_file": str(tmp / "nodes_config.cfg"), "out": str(tmp)})
+    assert runner.rc == 0, text[-3000:]
+    return {host: json.loads((tmp / (host + ".json")).read_text()) for host in ("tray1", "tray2")}
+
+
+def test_each_tray_s_domain_is_its_inventory_group(rack):
+    for host in ("tray1", "tray2"):
+        assert rack[host]["imex"] == {"group": "rack_a", "hosts": ["tray1", "tray2"]}
+
+
+def test_the_first_tray_waits_for_its_peer_and_the_last_judges_the_whole_domain(rack):
+    first = [r["status"] for r in rack["tray1"]["results"]]
+    assert first == ["pending", "pending"], rack["tray1"]["results"]
+    assert "domain rack_a is checked once its last tray is prepared; still to come in this run: tray2" \
+        in rack["tray1"]["results"][-1]["detail"]
+    last = rack["tray2"]["results"][-1]
+    assert last["status"] == "pass" and "Domain State UP, 2 node(s) READY, 4 link(s) C" in last["detail"], last

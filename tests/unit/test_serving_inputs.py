@@ -456,3 +456,30 @@ def test_a_key_given_as_a_flag_is_refused_and_never_printed(args):
     assert any("sets --api-k" in b for b in spec["blockers"]), spec["blockers"]
     printed = " ".join(text for text, _ in spec["arg_sources"])
     assert "shortkey" not in printed and "<redacted>" in printed
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    (dict(profile="h200", imex_domain="rack_a", imex_domain_members={"gpu01": "h200"}),
+     "serving_imex_domain is 'rack_a' but this profile's GPUs (H200) have no IMEX domain"),
+    (dict(profile="gb200", imex_domain="rack_b", imex_domain_members=None),
+     "serving_imex_domain names group 'rack_b', which the inventory does not have"),
+    (dict(profile="gb200", imex_domain="rack_a", imex_domain_members={"tray2": "gb200"}),
+     "serving_imex_domain names group 'rack_a', which does not hold tray1"),
+    (dict(profile="gb200", imex_domain="rack_a", imex_domain_members={"tray1": "gb200", "gpu01": "h200"}),
+     "IMEX domain 'rack_a' holds gpu01 (h200), whose profile has no IMEX fabric"),
+    (dict(profile="gb200", imex_domain="rack a", imex_domain_members=None),
+     "serving_imex_domain must be the name of the inventory group"),
+])
+def test_an_imex_domain_that_cannot_form_is_refused(kw, fragment):
+    """A tray's NVLink domain is its inventory group: another rack's trays, an H200 or a missing group
+    in it would write a node list IMEX cannot form a domain from."""
+    assert fragment in blockers(host="tray1", allow_inferred=True, **kw)
+
+
+def test_a_tray_s_domain_is_its_group_or_itself():
+    spec = resolve(profile="gb200", host="tray1", allow_inferred=True, imex_domain="rack_a",
+                   imex_domain_members={"tray1": "gb200", "tray2": "gb300"})
+    assert spec["imex"] == {"group": "rack_a", "hosts": ["tray1", "tray2"]}
+    assert not [b for b in spec["blockers"] if "imex" in b.lower()]
+    assert resolve(profile="gb200", host="tray1", allow_inferred=True)["imex"] == {"group": None, "hosts": ["tray1"]}
+    assert resolve(profile="h200", host="gpu01")["imex"] is None
