@@ -208,6 +208,24 @@ def fabric_problems(blocks):
     return problems
 
 
+def clique_problems(readings):
+    """Whether the trays of one IMEX domain share one NVLink partition: readings {tray: its
+    `nvidia-smi -q` text}. Every GPU whose fabric is Completed names its partition as ClusterUUID
+    and CliqueId (NVIDIA's GPU feature discovery labels it nvidia.com/gpu.clique = <ClusterUUID>.<CliqueId>);
+    trays in different partitions cannot share memory over NVLink whatever IMEX says. [] when they
+    agree (or no tray printed a partition); else one sentence naming each tray's partitions."""
+    seen = {}
+    for tray in sorted(readings or {}):
+        cliques = sorted({"%s.%s" % (b["cluster"], b["clique"]) for b in fabric_blocks(readings[tray])
+                          if b["state"] == "Completed" and b["cluster"] not in (None, "N/A")})
+        if cliques:
+            seen[tray] = cliques
+    if len({c for cliques in seen.values() for c in cliques}) <= 1:
+        return []
+    return ["the trays are in different NVLink partitions (ClusterUUID.CliqueId): %s; a domain group holds the "
+            "trays of one partition" % "; ".join("%s %s" % (tray, ", ".join(c)) for tray, c in seen.items())]
+
+
 # `nvidia-imex-ctl -N` (IMEX guide, command service): "Node #0   - 172.31.48.81    - READY   - Version: 570.172",
 # a connectivity matrix of one-letter states (C = Connected; I, N, R, D, A, !V!, !M! are not), then
 # "Domain State: UP". tests/fixtures/hardware/imex-ctl.yml holds real captures.
@@ -262,6 +280,7 @@ class FilterModule(object):
             "hardware_fabric_states": fabric_states,
             "hardware_fabric_blocks": fabric_blocks,
             "hardware_fabric_problems": fabric_problems,
+            "hardware_clique_problems": clique_problems,
             "hardware_imex_domain": imex_domain,
             "hardware_imex_problems": imex_problems,
             "hardware_gpu_count": gpu_count,

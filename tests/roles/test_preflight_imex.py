@@ -97,14 +97,22 @@ RACK_INVENTORY = """all:
   children:
     nodes:
       hosts:
-        tray1: {}
-        tray2: {}
+        tray1: {fabric: RACK}
+        tray2: {fabric: RACK}
+        tray3: {fabric: RACK}
+        tray4: {fabric: OTHER}
     rack_a:
       hosts:
         tray1: {}
         tray2: {}
       vars:
         serving_imex_domain: rack_a
+    rack_b:
+      hosts:
+        tray3: {}
+        tray4: {}
+      vars:
+        serving_imex_domain: rack_b
 """
 RACK_PLAY = """- hosts: nodes
   gather_facts: false
@@ -116,6 +124,16 @@ RACK_PLAY = """- hosts: nodes
   roles:
     - role: serving
   tasks:
+    - name: The tray's fabric state, as gpu_nvidia.yml reads it before the IMEX check
+      ansible.builtin.include_role:
+        name: preflight
+        tasks_from: fabric_state
+      vars:
+        __preflight_tool_ok: true
+        __preflight_fixable_fail: fail
+        __preflight_fabric_label: tray
+        __preflight_fabric_fix: switch trays
+        preflight_fabric_query_command: [sh, -c, 'grep -v "^#" "$0"', "{{ fabric }}"]
     - name: First preflight (before the GPU stack), then the tray's IMEX "comes up", then the second preflight
       ansible.builtin.include_role:
         name: preflight
@@ -135,25 +153,39 @@ RACK_PLAY = """- hosts: nodes
 @pytest.fixture(scope="module")
 def rack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rack")
-    (tmp / "inventory.yml").write_text(RACK_INVENTORY.replace("PYTHON", sys.executable))
+    recorded = pathlib.Path(ROOT) / "tests" / "fixtures" / "hardware" / "recorded"
+    (tmp / "inventory.yml").write_text(RACK_INVENTORY.replace("PYTHON", sys.executable).replace(
+        "RACK", str(recorded / "gb200-fabric-unhealthy" / "nvidia-smi-q-fabric.txt")).replace(
+        "OTHER", str(recorded / "azure-fabric-insufficient-resources" / "nvidia-smi-q-fabric.txt")))
     (tmp / "play.yml").write_text(RACK_PLAY)
     (tmp / "capture.txt").write_text(CAPTURES["gh200-2node-570.00"])
     (tmp / "nodes_config.cfg").write_text("10.136.206.47\n10.136.206.48\n")
     runner, text = run_playbook(str(tmp / "play.yml"), tmp, inventory=str(tmp / "inventory.yml"), extravars={
         "capture": str(tmp / "capture.txt"), "nodes_file": str(tmp / "nodes_config.cfg"), "out": str(tmp)})
     assert runner.rc == 0, text[-3000:]
-    return {host: json.loads((tmp / (host + ".json")).read_text()) for host in ("tray1", "tray2")}
+    return {host: json.loads((tmp / (host + ".json")).read_text()) for host in ("tray1", "tray2", "tray3", "tray4")}
 
 
 def test_each_tray_s_domain_is_its_inventory_group(rack):
     for host in ("tray1", "tray2"):
         assert rack[host]["imex"] == {"group": "rack_a", "hosts": ["tray1", "tray2"]}
+    assert rack["tray4"]["imex"] == {"group": "rack_b", "hosts": ["tray3", "tray4"]}
 
 
 def test_the_first_tray_waits_for_its_peer_and_the_last_judges_the_whole_domain(rack):
-    first = [r["status"] for r in rack["tray1"]["results"]]
+    first = [r["status"] for r in rack["tray1"]["results"] if r["check"] == "imex_domain"]
     assert first == ["pending", "pending"], rack["tray1"]["results"]
     assert "domain rack_a is checked once its last tray is prepared; still to come in this run: tray2" \
-        in rack["tray1"]["results"][-1]["detail"]
-    last = rack["tray2"]["results"][-1]
+        in [r for r in rack["tray1"]["results"] if r["check"] == "imex_domain"][-1]["detail"]
+    last = [r for r in rack["tray2"]["results"] if r["check"] == "imex_domain"][-1]
     assert last["status"] == "pass" and "Domain State UP, 2 node(s) READY, 4 link(s) C" in last["detail"], last
+
+
+def test_a_domain_whose_trays_are_in_two_nvlink_partitions_is_refused(rack):
+    """rack_b's trays read different partitions (the recorded GB200 tray's clique 2 and Azure's
+    clique 0): IMEX may say UP, the trays still cannot share memory over NVLink."""
+    last = [r for r in rack["tray4"]["results"] if r["check"] == "imex_domain"][-1]
+    assert last["status"] == "fail"
+    assert ("the trays are in different NVLink partitions (ClusterUUID.CliqueId): "
+            "tray3 dc6e40c4-d722-4357-9ba6-5291dd461278.2; tray4 00000000-0000-0000-0000-000000000000.0") \
+        in last["detail"]

@@ -189,3 +189,18 @@ def test_a_healthy_nvswitch_node_has_no_fabric_problem():
                      "        Health\n            Summary : Healthy\n            Bandwidth : Full" for _ in range(8))
     assert len(hardware.fabric_blocks(text)) == 8
     assert hardware.fabric_problems(hardware.fabric_blocks(text)) == []
+
+
+def test_trays_of_one_domain_must_share_one_nvlink_partition():
+    """A tray's partition is its GPUs' ClusterUUID.CliqueId: the recorded GB200 tray of
+    dra-driver-nvidia-gpu#626 (clique 2) and Azure's block (clique 0, all-zero cluster) are two
+    partitions; the same tray twice is one."""
+    rack = _recorded_fabric("gb200-fabric-unhealthy")
+    other = _recorded_fabric("azure-fabric-insufficient-resources")
+    assert hardware.clique_problems({"tray1": rack, "tray2": rack}) == []
+    assert hardware.clique_problems({"tray1": rack, "tray2": other}) == [
+        "the trays are in different NVLink partitions (ClusterUUID.CliqueId): "
+        "tray1 dc6e40c4-d722-4357-9ba6-5291dd461278.2; tray2 00000000-0000-0000-0000-000000000000.0; "
+        "a domain group holds the trays of one partition"]
+    assert hardware.clique_problems({"tray1": rack, "tray2": ""}) == []   # a tray outside this run
+    assert hardware.clique_problems({"tray1": _recorded_fabric("hgx-b200-fabric-in-progress"), "tray2": rack}) == []
