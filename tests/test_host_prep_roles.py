@@ -66,13 +66,18 @@ def test_prepare_chooses_gpu_roles_by_vendor_data():
     assert play["roles"][0] == {"role": "serving"}
     assert set(play["vars"]["prepare_gpu_roles"]) == {"nvidia", "amd", "cpu"}
     names = [t.get("ansible.builtin.include_role", {}).get("name") for t in play["tasks"]]
-    assert names[:2] == ["preflight", "docker_engine"] and names[-2] == "preflight"
+    assert names[1:3] == ["preflight", "docker_engine"] and names[-2] == "preflight"
     gpu = [t for t in play["tasks"] if "loop" in t][0]
     assert "gpu" in gpu["tags"] and gpu["ansible.builtin.include_role"]["apply"]["tags"] == ["gpu"]
     assert "when" not in gpu
-    # the burn-in gate comes last, after the second preflight, chosen by the same vendor data
-    burnin = play["tasks"][-1]
+    # the burn-in gate comes last, after the second preflight, chosen by the same vendor data; its
+    # settings (and dcgmi) are checked first, before anything changes
+    burnin, validate = play["tasks"][-1], play["tasks"][0]
     assert burnin["ansible.builtin.include_role"]["name"] == "{{ prepare_burnin_role }}"
+    assert burnin["loop"] == "{{ prepare_burnin_selected }}"
+    assert validate["ansible.builtin.include_role"]["name"] == "gpu_burnin"
+    assert validate["ansible.builtin.include_role"]["tasks_from"] == "validate"
+    assert validate["when"] == "'gpu_burnin' in prepare_burnin_selected"
     assert set(play["vars"]["prepare_burnin_roles"]) == set(play["vars"]["prepare_gpu_roles"])
     assert play["vars"]["prepare_burnin_roles"]["nvidia"] == ["gpu_burnin"]
     assert "gpu" in burnin["tags"] and "when" not in burnin

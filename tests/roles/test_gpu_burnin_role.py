@@ -16,13 +16,14 @@ STANDIN = os.path.join(ROOT, "tests", "standin")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "burnin")
 FLOOR = hardware_matrix()["h200"]["gpu"]["burnin"]
 # name: (dcgmi output or None, all_reduce_perf output, GPUs in the profile, DCGM level, GPUs in use[,
-#        entry point, gpu_burnin_timeout_s])
+#        entry point, gpu_burnin_timeout_s, the dcgmi program])
 CASES = {
     "healthy": (None, "allreduce-8xh200-pass.txt", 8, 2, ""),
     "degraded": (None, "allreduce-64xh100-8node-degraded.txt", 64, 2, ""),
     "dcgmfail": ("dcgmi-diag-r3-fail.txt", "allreduce-8xh200-pass.txt", 8, 3, ""),
     "busy": (None, "allreduce-8xh200-pass.txt", 8, 2, "48213, python3\n"),
     "badtimeout": (None, "allreduce-8xh200-pass.txt", 8, 2, "", "main", 10),
+    "nodcgm": ("dcgmi-diag-r3-fail.txt", "allreduce-8xh200-pass.txt", 8, 2, "", "main", 3600, "/nonexistent/dcgmi"),
 }
 # prints a recorded output without its provenance header, and notes that it ran
 PRINT = 'touch "$(dirname "$0")/ran"; grep -v "^#! " "$1"'
@@ -44,14 +45,14 @@ PLAY = """- hosts: all
       vars:
         gpu_burnin_dcgm: "{{ case.dcgm is not none }}"
         gpu_burnin_dcgm_level: "{{ case.level }}"
-        gpu_burnin_dcgm_command: [sh, -c, "{{ script }}", "{{ case.root }}/marker", "{{ case.dcgm }}"]
+        gpu_burnin_dcgm_command: ["{{ case.dcgmi }}", -c, "{{ script }}", "{{ case.root }}/marker", "{{ case.dcgm }}"]
         gpu_burnin_allreduce_command: [sh, -c, "{{ script }}", "{{ case.root }}/marker", "{{ case.allreduce }}"]
         gpu_burnin_record_dir: "{{ case.root }}/record"
         gpu_burnin_timeout_s: "{{ case.timeout }}"
 """
 
 
-def prepare(tmp, name, dcgm, allreduce, count, level, busy, entry="main", timeout=3600):
+def prepare(tmp, name, dcgm, allreduce, count, level, busy, entry="main", timeout=3600, dcgmi="sh"):
     root = tmp / name
     if not root.exists():
         shutil.copytree(os.path.join(STANDIN, "fixtures"), root / "usr/share/standin/gpu")
@@ -65,7 +66,7 @@ def prepare(tmp, name, dcgm, allreduce, count, level, busy, entry="main", timeou
     if busy:
         (root / "etc/standin/compute-apps").write_text(busy)
     return {"root": str(root), "bin": str(root / "bin"), "count": count, "level": level, "entry": entry,
-            "timeout": timeout,
+            "timeout": timeout, "dcgmi": dcgmi,
             "dcgm": os.path.join(FIXTURES, dcgm) if dcgm else None, "allreduce": os.path.join(FIXTURES, allreduce)}
 
 
@@ -135,7 +136,8 @@ def test_busy_gpus_and_bad_settings_are_refused_before_any_test_runs(runs):
     _, failed = runs["first"]
     assert "are in use by 48213, python3" in failed["busy"]
     assert "gpu_burnin_timeout_s must be a whole number of seconds from 60 to 86400, not 10" in failed["badtimeout"]
-    for name in ("busy", "badtimeout"):
+    assert "/nonexistent/dcgmi is not on nodcgm: install NVIDIA's DCGM" in failed["nodcgm"]
+    for name in ("busy", "badtimeout", "nodcgm"):
         assert not runs["ran_first"][name] and runs["records"][name] is None
     assert runs["ran_first"]["healthy"]
 
