@@ -143,8 +143,9 @@ def test_busy_gpus_and_bad_settings_are_refused_before_any_test_runs(runs):
 
 
 def test_a_passing_record_is_kept_and_a_failed_one_stops_the_model_server(runs):
-    _, failed = runs["second"]
+    runner, failed = runs["second"]
     assert "healthy" not in failed and not runs["ran_second"]
+    assert runner.stats["changed"].get("healthy", 0) == 0   # idempotent: nothing tested, nothing written
     assert runs["healthy_after"] == runs["records"]["healthy"]
     assert "degraded failed its GPU burn-in" in failed["degraded"]
     assert "320.57 GB/s" in failed["degraded"]
