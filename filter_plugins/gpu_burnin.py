@@ -189,11 +189,13 @@ def threshold(entry, override=None):
             "source": entry.get("source")}
 
 
-def verdict(allreduce_result, dcgm_result, gpu_count, floor, level=None):
+def verdict(allreduce_result, dcgm_result, gpu_count, floor, level=None, timeout_s=None, timed_out=None):
     """Judge a node: {status: pass or fail, problems: [sentences naming the measured number, the
     threshold and the failing GPU or test]}. allreduce_result/dcgm_result: allreduce()/dcgm()
-    (None: that part was not run); floor: threshold()."""
-    problems = []
+    (None: that part was not run); floor: threshold(); timed_out: the tests `timeout` stopped."""
+    problems = ["a test was stopped after gpu_burnin_timeout_s (%s s): %s; a healthy node finishes well within it, "
+                "give it more only after reading the test's output" % (timeout_s, ", ".join(str(t) for t in timed_out))
+                ] if timed_out else []
     if dcgm_result is not None:
         if not dcgm_result.get("ran"):
             problems.append("dcgmi diag%s did not complete (no \"Successfully ran diagnostic\"): read its output above; "

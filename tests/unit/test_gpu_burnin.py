@@ -146,3 +146,10 @@ def test_a_level_whose_tests_beyond_deployment_did_not_run_is_no_pass():
     assert not any("beyond the deployment" in p for p in judge(dcgm="dcgmi-diag-r1-fail.txt", level=1)["problems"])
     assert any("dcgmi diag -r 2 ran no test beyond the deployment checks" in p
                for p in judge(dcgm="dcgmi-diag-r1-fail.txt", level=2)["problems"])
+
+
+def test_a_test_stopped_by_its_timeout_is_named():
+    result = burnin.verdict(burnin.allreduce(output("allreduce-8xh200-pass.txt")), None, 8, burnin.threshold(NVLINK4),
+                            timeout_s=600, timed_out=["all_reduce_perf"])
+    assert result["status"] == "fail"
+    assert result["problems"][0].startswith("a test was stopped after gpu_burnin_timeout_s (600 s): all_reduce_perf;")
