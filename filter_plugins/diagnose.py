@@ -174,6 +174,11 @@ def diagnose_state_lines(facts):
         lines.append("gpu fabric: %s%s" % (", ".join("%s on %d of %d GPUs" % (k, v, len(fabric))
                                                      for k, v in sorted(counts.items())),
                                           "" if set(counts) == {"Completed"} else " (need Completed)"))
+    burnin = f.get("burnin") or {}
+    if burnin.get("status") in ("pass", "fail"):
+        lines.append("burn-in %s %s: %s" % ("failed" if burnin["status"] == "fail" else "passed",
+                                           burnin.get("finished", "?"),
+                                           "; ".join(burnin.get("problems") or []) or burnin.get("summary") or ""))
     gpus = f.get("gpus")
     if gpus and gpus.get("expected"):
         seen, expected = int(gpus.get("seen") or 0), int(gpus["expected"])
@@ -268,6 +273,7 @@ def diagnose_evidence(raw):
         "fabricmanager": _unit_state(units, "nvidia-fabricmanager.service"),
         "gateway": _unit_state(units, "haproxy.service") if _true(r.get("gateway")) else None,
         "gpu_fabric": [str(x) for x in r.get("gpu_fabric") or []],
+        "burnin": r.get("burnin") if isinstance(r.get("burnin"), dict) else None,
         "gpus": ({"seen": sum(1 for line in str(gpus.get("stdout", "")).splitlines() if line.startswith("GPU ")),
                   "expected": r.get("gpu_count")} if isinstance(gpus, dict) and _int(gpus.get("rc")) == 0 else None),
     }

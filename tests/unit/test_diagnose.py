@@ -165,6 +165,19 @@ def test_state_rules():
     assert state_findings(fabricmanager="absent") == []
     assert state_findings(gateway="inactive") == ["gateway_down"]
     assert state_findings(gpus={"seen": 7, "expected": 8}) == ["nccl_timeout"]
+    assert state_findings(burnin={"status": "pass", "finished": "2026-12-05T12:00:00Z", "summary": "ok"}) == []
+
+
+def test_a_failed_burn_in_is_named_with_its_numbers():
+    """gpu_burnin's record (burnin.json) as the role reads it: the state line carries the measured
+    number and the threshold, and leads to the rule that says why model_server refuses the node."""
+    record = {"status": "fail", "finished": "2026-12-05T12:00:00Z", "problems": [
+        "all-reduce bus bandwidth 320.57 GB/s at 8589934592 bytes across 8 GPUs is below the 340 GB/s threshold"]}
+    ev = diagnose.diagnose_evidence({"burnin": record})
+    assert ("burn-in failed 2026-12-05T12:00:00Z: all-reduce bus bandwidth 320.57 GB/s at 8589934592 bytes "
+            "across 8 GPUs is below the 340 GB/s threshold") in ev["state"]
+    assert [f["id"] for f in diagnose.diagnose_findings(ev, RULES)] == ["burnin_failed"]
+    assert diagnose.diagnose_evidence({"burnin": {}})["state"] == diagnose.diagnose_evidence({})["state"]
 
 
 def test_root_causes_rank_above_symptoms():
