@@ -28,7 +28,6 @@ try:
 except ImportError:  # pragma: no cover - cryptography ships with ansible-core
     HAS_CRYPTOGRAPHY = False
 
-CLIENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 # What a client may send unless its entry says otherwise.
 CLIENT_DEFAULTS = {"requests_per_minute": 600, "concurrent": 16, "max_body_bytes": 2 * 1024 * 1024,
                    "max_tokens": 8192}
@@ -85,7 +84,7 @@ def clients_resolve(clients):
                             % (index, v.type_name(client)))
             continue
         name = client.get("name")
-        if not isinstance(name, str) or not CLIENT_NAME_RE.match(name):
+        if not v.is_plain_name(name):
             blockers.append("gateway_clients[%d].name %r is not a plain name (lowercase letters, "
                             "digits, '.', '_', '-'; at most 63): rename it." % (index, name))
             continue
@@ -191,7 +190,7 @@ def upstreams_problems(upstreams):
         port = v.whole_number(item.get("port"), 1, 65535)
         address = str(item.get("address", "")).strip()
         ok_address = v.is_host(address)
-        if not CLIENT_NAME_RE.match(name.lower()) or port is None or not ok_address:
+        if not v.is_plain_name(name.lower()) or port is None or not ok_address:
             blockers.append("gateway upstream %r is not {name, address (IP or host name), port "
                             "1-65535}: fix gateway_upstreams (a fleet gateway takes each node's port "
                             "from the gateway_endpoint serve.yml publishes on the node)." % (item,))
@@ -205,11 +204,19 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
                     metrics_networks=None, media_allowlist=None, upstreams=None,
                     tls_cert_pem=None, tls_key_pem=None, upstream_timeout_s=3600,
                     engine_bind_address=None, engine="vllm", max_connections=2048,
-                    max_connections_per_source=512, log_queue=1024, now=None):
-    """Resolve the gateway choices into gateway_spec. Never raises; see the module docstring."""
+                    max_connections_per_source=512, log_queue=1024, now=None, engine_max_output_tokens=None):
+    """Resolve the gateway choices into gateway_spec. Never raises; see the module docstring.
+    engine_max_output_tokens: the engine's own cap (serving_spec.max_output_tokens; None on a fleet
+    gateway): a client allowed more would get answers the engine cuts short without saying why."""
     blockers = []
     resolved_clients, problems = clients_resolve(clients)
     blockers += problems
+    engine_cap = v.whole_number(engine_max_output_tokens, 1, CLIENT_LIMITS["max_tokens"][1])
+    for client in resolved_clients if engine_cap else []:
+        if client["max_tokens"] > engine_cap:
+            blockers.append("gateway client %s may ask for max_tokens %d, above the engine's own cap of %d "
+                            "(serving_max_output_tokens): lower its max_tokens or raise serving_max_output_tokens."
+                            % (client["name"], client["max_tokens"], engine_cap))
     gw_port, problem = v.port_problem(port, "gateway_port")
     if problem:
         blockers.append(problem)

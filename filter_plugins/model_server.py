@@ -799,6 +799,8 @@ def env_sources(spec):
     for name, value in engine_env(spec):
         if name == "HF_HUB_OFFLINE":
             source = "seed: the offline start (no hub call from the node)"
+        elif name == (spec.get("output_cap") or {}).get("env"):
+            source = "project: the engine's own output cap (serving_max_output_tokens)"
         elif name in ((spec.get("container") or {}).get("env") or {}):
             source = "the engine's container settings (serving_engines / the profile's container.env)"
         else:

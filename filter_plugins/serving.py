@@ -11,6 +11,7 @@ dictionaries merge key by key, lists and scalars are replaced.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 
@@ -187,6 +188,9 @@ def env_override_problems(entry_engine, container, engine_facts, engine):
     protected = {"HF_HUB_OFFLINE": "the node is offline (the seed's offline start)"}
     for name in ((engine_facts or {}).get("jit_cache") or {}).get("env") or {}:
         protected.setdefault(name, "the engine's kernel cache (serving_engines.%s.jit_cache)" % engine)
+    cap_env = ((engine_facts or {}).get("output_cap") or {}).get("env")
+    if cap_env:
+        protected[cap_env] = "the engine's output cap: set serving_max_output_tokens"
     problems = []
     for where, env in (("env", (entry_engine or {}).get("env") or {}),
                        ("container.env", (container or {}).get("env") or {})):
@@ -395,12 +399,17 @@ def engine_flag_problems(ctx, record, command, args_at, args, origins, base_args
                "and name it in serving_engines.%s.argparse.file)" % engine) if problem["origin"] == PROJECT_ORIGIN \
             else ""
         blockers.append("%s flags in %s: %s%s." % (engine, problem["origin"], problem["message"], fix))
+    cap_flag = (facts.get("output_cap") or {}).get("flag")
+    cap_dest = dest(cap_flag) if cap_flag else None
     for occ in occurrences:
         if occ["option"] and occ["origin"] != PROJECT_ORIGIN and occ["dest"] in owned:
             blockers.append("%s sets %s, which the project sets itself: remove it%s." % (
                 occ["origin"], occ["flag"] if occ["flag"] == occ["option"] else "%s (%s)" % (occ["flag"], occ["option"]),
                 " and set serving_api_key (vaulted): the engine reads the key from its config file, never "
                 "from argv, the unit or the plan" if occ["dest"] == dest("--api-key") else
+                " (it carries the engine's output cap: set serving_max_output_tokens; other generation "
+                "defaults belong in the model's generation_config.json)"
+                if cap_dest and occ["dest"] == cap_dest else
                 " (the model is the verified weights, host and port come from serving_bind_address and "
                 "serving_port)"))
     required = list((facts.get("required_flags") or {}).get("always", []))
@@ -478,7 +487,32 @@ def secret_free(sources, args, record):
     return result
 
 
-def command_sources(engine_facts, engine, model_dir, repo, container_port):
+# The engine's own cap on generated tokens: at most what a gateway client may be given.
+OUTPUT_CAP_RANGE = (1, 10000000)
+
+
+def output_cap(value, engine_facts, engine):
+    """The engine's own cap on the tokens one request generates (serving_max_output_tokens, read
+    through serving_engines.<engine>.output_cap): ({tokens, flag, env, args}, problems). `args`
+    are the command tokens ([flag, JSON] for vLLM's --override-generation-config); `env` the
+    variable the engine reads instead (SGLang's SGLANG_MAX_NEW_TOKENS_LIMIT). An engine without an
+    output_cap entry gets no cap and says so in the plan (tokens None)."""
+    tokens = v.whole_number(value, *OUTPUT_CAP_RANGE)
+    if tokens is None:
+        return {"tokens": None, "flag": None, "env": None, "args": []}, [
+            "serving_max_output_tokens is %r: give a whole number from %d to %d (the most tokens the engine "
+            "generates for one request)." % (value, OUTPUT_CAP_RANGE[0], OUTPUT_CAP_RANGE[1])]
+    facts = (engine_facts or {}).get("output_cap") or {}
+    cap = {"tokens": tokens, "flag": facts.get("flag"), "env": facts.get("env"), "args": []}
+    if facts.get("flag"):
+        value = json.dumps({facts["json_key"]: tokens}, separators=(",", ":")) if facts.get("json_key") else str(tokens)
+        cap["args"] = [facts["flag"], value]
+    if not facts:
+        cap["tokens"] = None
+    return cap, []
+
+
+def command_sources(engine_facts, engine, model_dir, repo, container_port, cap=None):
     """["tokens", source] for each part of the engine command that is not a profile flag (those
     are arg_sources): the engine's command, the model path, the served name, the metrics switch,
     the address and port inside the container. The plan prints them with the flags."""
@@ -492,6 +526,9 @@ def command_sources(engine_facts, engine, model_dir, repo, container_port):
     if engine_facts.get("metrics_args"):
         result.append([" ".join(engine_facts["metrics_args"]),
                        "project: /metrics for monitoring (%s.metrics_args)" % where])
+    if (cap or {}).get("args"):
+        result.append([" ".join(cap["args"]), "project: the engine's own output cap (serving_max_output_tokens, "
+                       "%s.output_cap)" % where])
     result.append(["--host 0.0.0.0 --port %s" % container_port,
                    "seed: every address inside the container, published on serving_bind_address only"])
     return result
@@ -523,7 +560,8 @@ def manifest_pin_for(inventory_pin, repo_facts, revision, inventory_revision):
 INPUTS = ("profile", "engine", "allow_inferred", "bind_address", "port", "api_key", "api_key_defined",
           "image", "allow_unpinned_image", "weights_revision", "weights_manifest_sha256", "weights_root",
           "profile_overrides", "tuning", "capabilities", "gpu_count", "allow_request_logging", "gateway",
-          "media_domains", "allow_container_privileges", "host", "imex_domain", "imex_domain_members")
+          "media_domains", "allow_container_privileges", "host", "imex_domain", "imex_domain_members",
+          "max_output_tokens")
 TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources",
           "engine_args", "vendor_container_notes")
 
@@ -629,8 +667,8 @@ def serving_resolve(inputs, tables):
         "health_path": None, "args": [], "arg_sources": [], "source": None, "env": {},
         "entrypoint": [], "command": [], "command_sources": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
         "auth": bool(api_key_set), "gateway": gateway, "tuning": list(tuning), "container": {},
-        "container_loosened": [], "container_notes": [], "imex": None,
-        "blockers": blockers,
+        "container_loosened": [], "container_notes": [], "imex": None, "max_output_tokens": None,
+        "output_cap": {}, "blockers": blockers,
     }
 
     if profile not in matrix:
@@ -823,6 +861,10 @@ def serving_resolve(inputs, tables):
     command += flatten_args(args)
     # What makes the engine serve /metrics (monitoring), after the profile's own flags.
     command += [str(a) for a in eng_facts.get("metrics_args") or [] if a not in command]
+    # The engine's own output cap (a flag, or a variable below), the second line behind the gateway's.
+    cap, cap_problems = output_cap(get("max_output_tokens"), eng_facts, engine)
+    blockers.extend(cap_problems)
+    command += cap["args"]
     command += ["--host", "0.0.0.0", "--port", str(cport)]
     # Every flag of that command as the engine's argparse reads it (engine_flag_problems).
     blockers.extend(engine_flag_problems(
@@ -836,7 +878,10 @@ def serving_resolve(inputs, tables):
     spec.update(
         device_args=list(device_args.get(gpu["vendor"], [])),
         container_port=cport, health_path=eng_facts.get("health_path", "/health"),
-        args=args, env={str(name): str(value) for name, value in (eng.get("env") or {}).items()},
+        args=args, env=dict({str(name): str(value) for name, value in (eng.get("env") or {}).items()},
+                            **({cap["env"]: str(cap["tokens"])} if cap["env"] and cap["tokens"] else {})),
+        max_output_tokens=cap["tokens"],
+        output_cap={"flag": cap["flag"], "env": cap["env"]},
         entrypoint=[str(t) for t in eng_facts.get("image_entrypoint") or []],
         served_model_name=served_model_name,
         command=command, msa_warmup=msa is True, container=container, container_loosened=loosened,
@@ -845,7 +890,7 @@ def serving_resolve(inputs, tables):
         source=(flag_sources or {}).get(source, source),
         arg_sources=secret_free(arg_sources(base_args, args, tuning_presets, tuning, source), args,
                                 (table("engine_args") or {}).get(engine)),
-        command_sources=command_sources(eng_facts, engine, spec["weights"]["container_dir"], repo, cport),
+        command_sources=command_sources(eng_facts, engine, spec["weights"]["container_dir"], repo, cport, cap),
         # what the vendor's own container instructions add and why the project does not (the plan prints it)
         container_notes=list((table("vendor_container_notes") or {}).get(gpu["vendor"]) or []),
     )

@@ -164,7 +164,7 @@ def test_overrides_merge_and_tuning(tmp_path):
         "serving_profile_overrides": {"engines": {"sglang": {"env": {"NCCL_DEBUG": "INFO"}}}}},
         tmp_path)
     assert rc == 0, out[-3000:]
-    assert spec["env"] == {"NCCL_DEBUG": "INFO"}
+    assert spec["env"] == {"NCCL_DEBUG": "INFO", "SGLANG_MAX_NEW_TOKENS_LIMIT": "32768"}  # the project's cap
     assert ["--mem-fraction-static", "0.60"] in spec["args"]
     assert ["--chunked-prefill-size", "16384"] in spec["args"]
     assert ["--attention-backend", "fa4"] in spec["args"]  # the rest of the entry is kept

@@ -26,5 +26,6 @@ docker run --rm --name minimax-m3 \
   --reasoning-parser qwen3 \
   --enable-auto-tool-choice \
   --tool-call-parser hermes \
+  --override-generation-config '{"max_new_tokens":32768}' \
   --host 0.0.0.0 \
   --port 8000

@@ -7,6 +7,7 @@ docker run --rm --name minimax-m3 \
   --pids-limit 16384 \
   -p 127.0.0.1:30000:30000 \
   -e HF_HUB_OFFLINE=1 \
+  -e SGLANG_MAX_NEW_TOKENS_LIMIT=32768 \
   -v /data/models/MiniMaxAI/MiniMax-M3-MXFP8/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb:/models/MiniMax-M3-MXFP8:ro \
   -v /var/cache/minimax-m3/jit/eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee:/var/cache/minimax-m3-jit \
   -e FLASHINFER_WORKSPACE_BASE=/var/cache/minimax-m3-jit \

@@ -23,5 +23,6 @@ docker run --rm --name minimax-m3 \
   --tool-call-parser minimax_m3 \
   --enable-auto-tool-choice \
   --reasoning-parser minimax_m3 \
+  --override-generation-config '{"max_new_tokens":32768}' \
   --host 0.0.0.0 \
   --port 8000

@@ -14,6 +14,9 @@ at the end whatever happens.
   parsers off        reasoning and tools fail and name the leaked markup
   stopped mid-run    health fails within its timeout, no traceback
   playbook           playbooks/verify.yml end to end: reports/verify/<host>.json, summary, JUnit
+  output cap         the keyed engine carries the project's output cap (serving_max_output_tokens,
+                     rendered by serving_resolve's own function): a request asking more, or nothing,
+                     generates exactly the cap
 
 Run: scripts/vllm-cpu-venv.sh && pytest -m engine tests/integration/test_serving_verify_vllm.py
  or: scripts/vllm-cpu-image.sh && MM3_ENGINE=docker pytest -m engine tests/integration/...
@@ -50,10 +53,23 @@ ENGINE_IMAGE = os.environ.get("MM3_ENGINE_IMAGE", "mm3-lab/vllm-cpu:lab")
 START_TIMEOUT = float(os.environ.get("MM3_ENGINE_START_TIMEOUT", "300"))
 PARSERS = ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 CAPS = ["text", "reasoning", "tools"]  # cpu-lab's capability boundary (roles/serving/vars/main.yml)
+# The engine's own output cap (serving_max_output_tokens, issue 32) for the keyed engine: below the
+# context left to a request (4096 - prompt), above every max_tokens the other tests ask (256).
+OUTPUT_CAP = 300
 
 pytestmark = pytest.mark.engine
 
 module = load_source("serving_verify", os.path.join(ROOT, "library", "serving_verify.py"))
+serving = load_source("mm3_serving_filters", os.path.join(ROOT, "filter_plugins", "serving.py"))
+with open(os.path.join(ROOT, "roles", "serving", "vars", "main.yml")) as _vars:
+    VLLM_FACTS = yaml.safe_load(_vars)["serving_engines"]["vllm"]
+
+
+def cap_args(tokens):
+    """The output cap's tokens exactly as serving_resolve renders them for vLLM."""
+    cap, problems = serving.output_cap(tokens, VLLM_FACTS, "vllm")
+    assert not problems and cap["args"], (cap, problems)
+    return cap["args"]
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
@@ -165,8 +181,8 @@ def _engine(request, tmp_path_factory, name, parsers, api_key):
 
 @pytest.fixture(scope="module")
 def engine_on(request, tmp_path_factory):
-    """Parsers on, API key set: the cpu-lab profile's flags."""
-    return _engine(request, tmp_path_factory, "on", PARSERS, KEY)
+    """Parsers on, API key set: the cpu-lab profile's flags, with a low output cap."""
+    return _engine(request, tmp_path_factory, "on", PARSERS + cap_args(OUTPUT_CAP), KEY)
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +347,19 @@ def test_a_case_the_model_fails_fails_the_evaluation(engine_on):
     res = by_name(out)["eval"]
     assert code == 1 and res["status"] == "failed"
     assert "6/7 cases passed (threshold 1.00); failed: capital: content does not contain 'Paris'" in res["detail"]
+
+
+@pytest.mark.parametrize("asked", [{"max_tokens": 3000}, {"max_completion_tokens": 3000}, {}],
+                         ids=["max_tokens above the cap", "max_completion_tokens above the cap", "no cap asked"])
+def test_the_engine_itself_caps_what_one_request_generates(engine_on, asked):
+    """The second line behind the gateway (issue 32): whatever reaches the engine, with a cap above
+    the project's or none (vLLM would then generate up to the context left, 4084 tokens here),
+    generates at most serving_max_output_tokens. ignore_eos makes the tiny model use the whole
+    budget; without the cap flag this generates 3000 or 4084 tokens and fails."""
+    body = dict(asked, model=SERVED, messages=[{"role": "user", "content": "Count to a million."}], ignore_eos=True)
+    request = urllib.request.Request(engine_on.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        answer = json.load(resp)
+    assert answer["usage"]["completion_tokens"] == OUTPUT_CAP, answer["usage"]
+    assert answer["choices"][0]["finish_reason"] == "length"

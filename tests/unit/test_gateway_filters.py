@@ -54,6 +54,7 @@ def test_a_good_gateway_has_no_blockers_and_no_key_in_clear(pems):
     ([{"name": "app", "key": KEY_A}, {"name": "other", "key": KEY_A}], "have the same key"),
     ([{"name": "app", "key": KEY_A}, {"name": "app", "key": KEY_B}], "appears twice"),
     ([{"name": "App Server", "key": KEY_A}], "is not a plain name"),
+    ([{"name": "app\n", "key": KEY_A}], "is not a plain name"),  # re's $ matched before a final newline
     ([{"name": "app", "key": KEY_A, "requests_per_minute": 0}], "requests_per_minute is 0"),
     ([{"name": "app", "key": KEY_A, "max_body_bytes": True}], "max_body_bytes is True"),
     ([{"name": "app", "key": KEY_A, "rate": 5}], "unknown settings rate"),
@@ -180,3 +181,18 @@ def test_a_check_acting_as_a_client_gets_its_limits_with_the_gateway_defaults():
     assert gateway.gateway_client(clients)["name"] == "app"
     assert gateway.gateway_client(clients, "nobody")["name"] == "app"
     assert gateway.gateway_client([], "app") == {}
+
+
+def test_a_client_allowed_more_than_the_engine_generates_is_refused(pems):
+    """The engine's own cap (serving_max_output_tokens) is the second line behind a client's
+    max_tokens: a client above it would get answers cut short without a refusal (issue 32)."""
+    clients = [{"name": "app", "key": KEY_A}, {"name": "batch", "key": KEY_B, "max_tokens": 4096}]
+    text = "\n".join(resolve(pems, clients, engine_max_output_tokens=4096)["blockers"])
+    assert ("gateway client app may ask for max_tokens 8192, above the engine's own cap of 4096 "
+            "(serving_max_output_tokens): lower its max_tokens or raise serving_max_output_tokens.") in text
+    assert "client batch" not in text
+    # The role's defaults agree: every client default fits the engine's default cap.
+    args, _ = serving_args()
+    assert resolve(pems, clients, engine_max_output_tokens=args["max_output_tokens"])["blockers"] == []
+    # A fleet gateway has no engine of its own.
+    assert resolve(pems, clients, engine_max_output_tokens=None)["blockers"] == []

@@ -150,6 +150,9 @@ def test_docker_argv_b200_is_the_seed_offline_command_plus_least_privilege():
     # And SGLang's --enable-metrics (monitoring scrapes /metrics), once, before --host.
     host = seed.index("--host")
     seed = seed[:host] + ["--enable-metrics"] + seed[host:]
+    # And the engine's own output cap (serving_max_output_tokens), after HF_HUB_OFFLINE=1.
+    offline = seed.index("HF_HUB_OFFLINE=1") + 1
+    seed = seed[:offline] + ["-e", "SGLANG_MAX_NEW_TOKENS_LIMIT=32768"] + seed[offline:]
     assert argv == seed[:at] + LEAST_PRIVILEGE + seed[at:]
 
 
@@ -229,7 +232,8 @@ def test_docker_argv_amd_env_and_devices():
     argv = ms.docker_run_argv(spec)
     assert argv[5:11] == ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
     assert "--gpus" not in argv
-    assert argv[argv.index("HF_HUB_OFFLINE=1") + 2] == "SGLANG_USE_AITER=1"
+    assert argv[argv.index("HF_HUB_OFFLINE=1") + 2] == "SGLANG_MAX_NEW_TOKENS_LIMIT=32768"
+    assert argv[argv.index("HF_HUB_OFFLINE=1") + 4] == "SGLANG_USE_AITER=1"
 
 
 def test_msa_gate_argv():

@@ -483,3 +483,54 @@ def test_a_tray_s_domain_is_its_group_or_itself():
     assert not [b for b in spec["blockers"] if "imex" in b.lower()]
     assert resolve(profile="gb200", host="tray1", allow_inferred=True)["imex"] == {"group": None, "hosts": ["tray1"]}
     assert resolve(profile="h200", host="gpu01")["imex"] is None
+
+
+# --- The engine's own output cap (issue 32): serving_max_output_tokens --------------------------
+
+@pytest.mark.parametrize("value", [0, -1, "many", True, 10 ** 8, 1.5, "0x10", None])
+def test_an_output_cap_that_is_not_a_whole_number_in_range_is_refused(value):
+    text = blockers(max_output_tokens=value)
+    assert "serving_max_output_tokens is %r: give a whole number from 1 to 10000000" % (value,) in text, text
+
+
+def test_vllm_gets_its_output_cap_as_the_projects_generation_default():
+    spec = resolve(**dict(H200_VLLM, max_output_tokens=4096))
+    assert spec["blockers"] == [] and spec["max_output_tokens"] == 4096
+    at = spec["command"].index("--override-generation-config")
+    assert json.loads(spec["command"][at + 1]) == {"max_new_tokens": 4096}
+    assert spec["command"].count("--override-generation-config") == 1
+    assert "SGLANG_MAX_NEW_TOKENS_LIMIT" not in spec["env"]
+    assert ["--override-generation-config {\"max_new_tokens\":4096}",
+            "project: the engine's own output cap (serving_max_output_tokens, serving_engines.vllm.output_cap)"
+            ] in spec["command_sources"]
+
+
+def test_sglang_gets_its_output_cap_as_the_schedulers_variable():
+    spec = resolve(max_output_tokens="2048")  # -e gives a string
+    assert spec["blockers"] == [] and spec["max_output_tokens"] == 2048
+    assert spec["env"]["SGLANG_MAX_NEW_TOKENS_LIMIT"] == "2048"
+    assert not any(t.startswith("--override-generation") or t == "--preferred-sampling-params" for t in spec["command"])
+    assert ["SGLANG_MAX_NEW_TOKENS_LIMIT=2048", "project: the engine's own output cap (serving_max_output_tokens)"
+            ] in ms.env_sources(spec)
+    argv = ms.docker_run_argv(spec)
+    assert argv[argv.index("SGLANG_MAX_NEW_TOKENS_LIMIT=2048") - 1] == "-e"
+
+
+@pytest.mark.parametrize("args", [
+    [["--override-generation-config", '{"max_new_tokens": 100000000}']],
+    [['--override-generation-config={"temperature": 0.7}']],
+    [["--override_generation_config", "{}"]],  # FlexibleArgumentParser reads _ as -
+], ids=["split", "equals", "underscore"])
+def test_a_site_cannot_lift_vllm_s_output_cap(args):
+    text = blockers(**vllm_site(*args))
+    assert "which the project sets itself: remove it (it carries the engine's output cap: set " \
+           "serving_max_output_tokens" in text, text
+
+
+@pytest.mark.parametrize("where", ["env", "container"])
+def test_a_site_cannot_lift_sglang_s_output_cap(where):
+    env = {"SGLANG_MAX_NEW_TOKENS_LIMIT": "0"}  # 0: the scheduler's "no limit"
+    override = {"env": env} if where == "env" else {"container": {"env": env}}
+    text = blockers(profile_overrides={"engines": {"sglang": override}})
+    assert "sets SGLANG_MAX_NEW_TOKENS_LIMIT, which the project sets itself (the engine's output cap: set " \
+           "serving_max_output_tokens): remove it." in text, text

@@ -224,6 +224,15 @@ def is_word(value):
         ch.isspace() for ch in value)
 
 
+_PLAIN_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+
+
+def is_plain_name(value):
+    """A name that is safe in a log line, a map file and a file name: lower-case letters, digits,
+    '_', '.', '-', starting with a letter or digit, at most 63 (a gateway client, a release key)."""
+    return isinstance(value, str) and bool(_PLAIN_NAME.fullmatch(value))
+
+
 def is_http_url(value):
     """An http(s) URL with a host, as one word (no whitespace, no control character)."""
     return is_word(value) and bool(re.match(r"https?://[^/?#]+", value))
