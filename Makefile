@@ -77,6 +77,7 @@ bench: bootstrap
 	python bench/gateway_slow_clients_bench.py
 	python bench/weights_fanout_bench.py
 	python bench/engine_warm_start_bench.py --rounds 2
+	python bench/release_signing_bench.py
 
 lab: bootstrap images
 	@$(STAGE) lab scripts/lab.sh up

@@ -1,0 +1,349 @@
+# -*- coding: utf-8 -*-
+"""Signed releases in the OpenSSF model-signing format, offline, with key pairs (issue 33).
+
+A release is one in-toto statement, model-signing's own (predicateType
+https://model_signing/signature/v1.0), signed in a sigstore bundle v0.3 holding a DSSE envelope:
+
+- subject: the weights directory, its sha256 the digest of every file's raw sha256 in the order
+  the resources are listed (model-signing's "files" serialization);
+- predicate.resources: every file's sha256 - exactly the weights manifest's entries, so the
+  node's parallel verifier (weights_verify against the manifest) is the per-file check and signing
+  or verifying adds no hashing;
+- predicate.serialization: method files, sha256, no symlinks, the ignored paths;
+- predicate.mm3_release: what the project adds (repository, revision, image digests, profile,
+  engine argv, gateway policy, evaluation set). model-signing's verifier ignores the extra key, so
+  the upstream `model_signing verify key` CLI accepts a bundle made here, and a bundle the CLI
+  made (weights only, no mm3_release) is accepted here.
+
+Keys are EC P-256/P-384/P-521 (what model-signing's key signer accepts), each hashed with SHA-256/
+384/512; a key's id is model-signing's hint: the sha256 of its SubjectPublicKeyInfo PEM. Trust ends
+at the inventory's public keys (release_keys, with validity) less release_revoked (key ids, key
+names or release digests: the sha256 of the signed payload). Pure functions over bytes and dicts;
+the modules and filters that read files call them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import hashlib
+import json
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from ansible_collections.mm3.shared.plugins.module_utils.validation import has_control, is_plain_name, is_sha256
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import ManifestError, check_relpath
+
+BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://model_signing/signature/v1.0"
+RELEASE_KEY = "mm3_release"
+RELEASE_VERSION = 1
+# model-signing's CLI leaves these out at the model's root (--ignore-git-paths, on by default).
+GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
+CURVE_HASH = {"secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
+
+
+class ReleaseError(ValueError):
+    """A bundle, statement or key that cannot be trusted; the message names the fix."""
+
+
+def pae(payload_type, payload):
+    """DSSE's pre-authentication encoding: what the signature covers."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def root_digest(resources):
+    """model-signing's subject digest: sha256 over the raw digests in the listed order."""
+    return hashlib.sha256(b"".join(binascii.unhexlify(r["digest"]) for r in resources)).hexdigest()
+
+
+def _sort_key(name):
+    return tuple(name.split("/"))
+
+
+def statement(name, entries, ignore_paths=(), release=None):
+    """The release statement for `entries` [(relpath, sha256 hex)] (parse_manifest's output):
+    resources sorted as model-signing sorts them (by path parts), `release` (a dict) under
+    predicate.mm3_release when given."""
+    resources = [{"name": path, "algorithm": "sha256", "digest": digest.lower()}
+                 for path, digest in sorted(entries, key=lambda e: _sort_key(e[0]))]
+    predicate = {"serialization": {"method": "files", "hash_type": "sha256", "allow_symlinks": False,
+                                   "ignore_paths": sorted(set(ignore_paths))},
+                 "resources": resources}
+    if release is not None:
+        predicate[RELEASE_KEY] = dict(release, version=RELEASE_VERSION)
+    return {"_type": STATEMENT_TYPE,
+            "subject": [{"name": name, "digest": {"sha256": root_digest(resources)}}],
+            "predicateType": PREDICATE_TYPE, "predicate": predicate}
+
+
+def payload_bytes(document):
+    """The bytes a statement is signed as (sorted keys, two-space indent: reviewable as text)."""
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+def release_digest(payload):
+    """A release's identity: the sha256 of its signed payload (what release_revoked may name)."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+# --- keys ----------------------------------------------------------------------------------------
+
+def _public_pem(public_key):
+    return public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def key_id(public_key):
+    """model-signing's key hint: sha256 of the SubjectPublicKeyInfo PEM (= sha256sum of the .pub
+    file openssl writes)."""
+    return hashlib.sha256(_public_pem(public_key)).hexdigest()
+
+
+def load_public_key(pem, name="key"):
+    """An EC public key of a curve model-signing signs with, or ReleaseError naming the fix."""
+    text = pem.encode() if isinstance(pem, str) else pem
+    try:
+        key = serialization.load_pem_public_key(text)
+    except (ValueError, TypeError) as error:
+        raise ReleaseError("%s is not a PEM public key (%s): give the -----BEGIN PUBLIC KEY----- block "
+                           "that `openssl ec -in key.pem -pubout` prints." % (name, error))
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in CURVE_HASH:
+        raise ReleaseError("%s is a %s key: model-signing signs with EC P-256, P-384 or P-521 keys "
+                           "(openssl ecparam -name prime256v1 -genkey)." % (name, getattr(
+                               getattr(key, "curve", None), "name", type(key).__name__)))
+    return key
+
+
+def load_private_key(pem, password=None):
+    """The signing key (EC P-256/384/521), or ReleaseError."""
+    try:
+        key = serialization.load_pem_private_key(pem.encode() if isinstance(pem, str) else pem, password)
+    except (ValueError, TypeError) as error:
+        raise ReleaseError("the signing key is not a PEM private key or its password is wrong (%s)." % error)
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name not in CURVE_HASH:
+        raise ReleaseError("the signing key must be EC P-256, P-384 or P-521 (model-signing's key signer).")
+    return key
+
+
+def _date(value, where):
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    try:
+        return datetime.date.fromisoformat(str(value))
+    except ValueError:
+        raise ReleaseError("%s is %r: give a date as YYYY-MM-DD." % (where, value))
+
+
+def trusted_keys(release_keys):
+    """[{name, id, key, not_before, not_after}] of the inventory's release_keys ([{name, public_key,
+    not_before?, not_after?}]), or ReleaseError naming the first bad entry."""
+    if not isinstance(release_keys, list):
+        raise ReleaseError("release_keys is a %s: give a list of {name, public_key, not_before, not_after}."
+                           % type(release_keys).__name__)
+    result, names, ids = [], set(), set()
+    for index, entry in enumerate(release_keys):
+        where = "release_keys[%d]" % index
+        if not isinstance(entry, dict):
+            raise ReleaseError("%s is not a mapping with name and public_key." % where)
+        unknown = sorted(set(entry) - {"name", "public_key", "not_before", "not_after"})
+        if unknown:
+            raise ReleaseError("%s has unknown settings %s; known: name, public_key, not_before, not_after."
+                               % (where, ", ".join(unknown)))
+        name = entry.get("name")
+        if not is_plain_name(name):
+            raise ReleaseError("%s.name %r is not a plain name (lowercase letters, digits, '.', '_', '-')."
+                               % (where, name))
+        if name in names:
+            raise ReleaseError("release key name '%s' appears twice: give each key its own name." % name)
+        key = load_public_key(entry.get("public_key") or "", "release key '%s'" % name)
+        kid = key_id(key)
+        if kid in ids:
+            raise ReleaseError("release key '%s' is the same key as another entry: list each key once." % name)
+        not_before = _date(entry.get("not_before"), where + ".not_before")
+        not_after = _date(entry.get("not_after"), where + ".not_after")
+        if not_before and not_after and not_after < not_before:
+            raise ReleaseError("%s: not_after %s is before not_before %s." % (where, not_after, not_before))
+        names.add(name)
+        ids.add(kid)
+        result.append({"name": name, "id": kid, "key": key, "not_before": not_before, "not_after": not_after})
+    return result
+
+
+# --- sign ----------------------------------------------------------------------------------------
+
+def sign(document, private_key_pem, password=None):
+    """The sigstore bundle (a dict; json.dumps it) of `document` signed with the key."""
+    key = load_private_key(private_key_pem, password)
+    payload = payload_bytes(document)
+    signature = key.sign(pae(PAYLOAD_TYPE, payload), ec.ECDSA(CURVE_HASH[key.curve.name]()))
+    return {"mediaType": BUNDLE_MEDIA_TYPE,
+            "verificationMaterial": {"publicKey": {"hint": key_id(key.public_key())}, "tlogEntries": []},
+            "dsseEnvelope": {"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
+                             "signatures": [{"sig": base64.b64encode(signature).decode(), "keyid": ""}]}}
+
+
+# --- verify --------------------------------------------------------------------------------------
+
+def _b64(value, where):
+    if not isinstance(value, str):
+        raise ReleaseError("the bundle's %s is missing: it is not a model-signing bundle." % where)
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ReleaseError("the bundle's %s is not base64: the bundle is damaged; sign the release again." % where)
+
+
+def envelope(bundle_text):
+    """(payload bytes, signature bytes, key hint or None) of a bundle's text, or ReleaseError."""
+    try:
+        bundle = json.loads(bundle_text)
+    except (TypeError, ValueError) as error:
+        raise ReleaseError("the signature is not JSON (%s): give the .sig bundle that release signing or "
+                           "`model_signing sign key` wrote." % error)
+    if not isinstance(bundle, dict) or bundle.get("mediaType") != BUNDLE_MEDIA_TYPE:
+        raise ReleaseError("the signature is not a sigstore bundle v0.3 (mediaType %r): sign with key pairs "
+                           "(`model_signing sign key`), not certificates." % (
+                               bundle.get("mediaType") if isinstance(bundle, dict) else None,))
+    dsse = bundle.get("dsseEnvelope")
+    if not isinstance(dsse, dict) or dsse.get("payloadType") != PAYLOAD_TYPE:
+        raise ReleaseError("the bundle holds no DSSE envelope of an in-toto statement.")
+    signatures = dsse.get("signatures")
+    if not isinstance(signatures, list) or len(signatures) != 1 or not isinstance(signatures[0], dict):
+        raise ReleaseError("the bundle holds %s signatures: a release carries exactly one."
+                           % (len(signatures) if isinstance(signatures, list) else "no"))
+    material = bundle.get("verificationMaterial")
+    public = material.get("publicKey") if isinstance(material, dict) else None
+    if not isinstance(public, dict):
+        raise ReleaseError("the bundle names no public key (verificationMaterial.publicKey): it was not "
+                           "signed with a key pair.")
+    hint = public.get("hint")
+    return _b64(dsse.get("payload"), "payload"), _b64(signatures[0].get("sig"), "signature"), hint
+
+
+def check_statement(document):
+    """The statement as model-signing v1.0 writes it, with a consistent root digest; returns its
+    resources as [(name, digest)], or ReleaseError."""
+    if not isinstance(document, dict) or document.get("_type") != STATEMENT_TYPE:
+        raise ReleaseError("the signed payload is not an in-toto v1 statement.")
+    if document.get("predicateType") != PREDICATE_TYPE:
+        raise ReleaseError("the statement's predicateType is %r, not model-signing v1.0 (%s): sign it again "
+                           "with a current model_signing or with release signing." % (
+                               document.get("predicateType"), PREDICATE_TYPE))
+    subjects = document.get("subject")
+    if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):
+        raise ReleaseError("the statement must name exactly one subject (the weights directory).")
+    digest = (subjects[0].get("digest") or {}).get("sha256") if isinstance(subjects[0].get("digest"), dict) else None
+    predicate = document.get("predicate")
+    if not isinstance(predicate, dict):
+        raise ReleaseError("the statement has no predicate.")
+    serialization_ = predicate.get("serialization") or {}
+    if serialization_.get("method") != "files" or serialization_.get("hash_type") != "sha256":
+        raise ReleaseError("the statement hashes %s with %s: release verification reads model-signing's "
+                           "'files' serialization with sha256 (the default of `model_signing sign`)."
+                           % (serialization_.get("method"), serialization_.get("hash_type")))
+    if serialization_.get("allow_symlinks") is not False:
+        raise ReleaseError("the statement allows symlinks: a release's weights are regular files only; sign "
+                           "without --allow_symlinks.")
+    resources = predicate.get("resources")
+    if not isinstance(resources, list) or not resources:
+        raise ReleaseError("the statement lists no files.")
+    entries, seen = [], set()
+    for item in resources:
+        name = item.get("name") if isinstance(item, dict) else None
+        value = item.get("digest") if isinstance(item, dict) else None
+        try:
+            if not isinstance(name, str) or has_control(name):
+                raise ManifestError(name)
+            check_relpath(name)  # as the manifest's own paths are read
+        except ManifestError:
+            raise ReleaseError("the statement lists a file %r that is not a relative, normalised path." % (name,))
+        if item.get("algorithm") != "sha256" or not is_sha256(value):
+            raise ReleaseError("the statement's entry for %s is not a sha256 digest." % name)
+        if name in seen:
+            raise ReleaseError("the statement lists %s twice." % name)
+        seen.add(name)
+        entries.append((name, value))
+    if digest != root_digest(resources):
+        raise ReleaseError("the statement's subject digest does not match its files: the statement is "
+                           "inconsistent; sign the release again.")
+    return entries
+
+
+def verify(bundle_text, keys, revoked=(), today=None):
+    """Verify a bundle against trusted_keys(...) less `revoked` (key ids, key names, release
+    digests) on `today`: {statement, entries, release, key, key_id, release_digest}, or ReleaseError
+    naming what failed and the fix. Nothing here touches the weights: compare `entries` with the
+    verified manifest (manifest_differences)."""
+    payload, signature, hint = envelope(bundle_text)
+    revoked = {str(item).strip().lower() for item in revoked or []}
+    today = today or datetime.date.today()
+    if not keys:
+        raise ReleaseError("no release key is configured: list the public keys that may sign releases in "
+                           "release_keys.")
+    candidates = [k for k in keys if k["id"] == hint] if hint else list(keys)
+    if not candidates:
+        raise ReleaseError("the release is signed with key %s, which is not in release_keys: add that public "
+                           "key (after review), or sign with a listed key." % (hint,))
+    document = None
+    for key in candidates:
+        try:
+            key["key"].verify(signature, pae(PAYLOAD_TYPE, payload), ec.ECDSA(CURVE_HASH[key["key"].curve.name]()))
+        except InvalidSignature:
+            continue
+        document = key
+        break
+    if document is None:
+        raise ReleaseError("the release's signature does not verify with %s: the bundle was changed after "
+                           "signing or signed by another key; sign it again." % (
+                               "key '%s'" % candidates[0]["name"] if hint else "any key in release_keys"))
+    key = document
+    digest = release_digest(payload)
+    if key["id"] in revoked or key["name"] in revoked:
+        raise ReleaseError("the release is signed by key '%s' (%s), which release_revoked revokes: sign the "
+                           "release with a current key." % (key["name"], key["id"][:16]))
+    if digest in revoked:
+        raise ReleaseError("release %s is revoked (release_revoked): deploy another release." % digest[:16])
+    if key["not_before"] and today < key["not_before"]:
+        raise ReleaseError("release key '%s' is valid from %s only (today %s)." % (key["name"], key["not_before"], today))
+    if key["not_after"] and today > key["not_after"]:
+        raise ReleaseError("release key '%s' expired on %s (today %s): sign the release with its successor "
+                           "and list the successor in release_keys." % (key["name"], key["not_after"], today))
+    try:
+        statement_ = json.loads(payload)
+    except ValueError:
+        raise ReleaseError("the signed payload is not JSON.")
+    entries = check_statement(statement_)
+    return {"statement": statement_, "entries": entries, "release": statement_["predicate"].get(RELEASE_KEY),
+            "key": key["name"], "key_id": key["id"], "release_digest": digest}
+
+
+def manifest_differences(entries, manifest_entries, limit=5):
+    """What differs between the signed files and the weights manifest's ([(path, sha256)] each):
+    [] when they are the same set of files with the same digests."""
+    signed, listed = dict(entries), dict(manifest_entries)
+    problems = []
+    for label, names in (("signed but not in the manifest", sorted(set(signed) - set(listed))),
+                         ("in the manifest but not signed", sorted(set(listed) - set(signed))),
+                         ("with another sha256 than the signed one",
+                          sorted(n for n in set(signed) & set(listed) if signed[n] != listed[n].lower()))):
+        if names:
+            problems.append("%d file(s) %s: %s%s" % (len(names), label, ", ".join(names[:limit]),
+                                                     " ..." if len(names) > limit else ""))
+    return problems
+
+
+def release_differences(signed, planned):
+    """The parts of the planned release ({part: value}) that differ from the signed one
+    (statement's mm3_release): [part, ...] in the order given, each part a top-level key."""
+    signed = signed or {}
+    return [part for part, value in planned.items() if signed.get(part) != value]
