@@ -11,6 +11,7 @@ dictionaries merge key by key, lists and scalars are replaced.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import posixpath
 import re
@@ -18,6 +19,7 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import combine
 from ansible_collections.mm3.shared.plugins.module_utils import engine_args as ea
+from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
 from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
 KNOWN_CAPABILITIES = ("text", "reasoning", "tools", "image", "video")
@@ -561,7 +563,7 @@ INPUTS = ("profile", "engine", "allow_inferred", "bind_address", "port", "api_ke
           "image", "allow_unpinned_image", "weights_revision", "weights_manifest_sha256", "weights_root",
           "profile_overrides", "tuning", "capabilities", "gpu_count", "allow_request_logging", "gateway",
           "media_domains", "allow_container_privileges", "host", "imex_domain", "imex_domain_members",
-          "max_output_tokens")
+          "max_output_tokens", "release_bundle", "release_keys", "release_revoked", "release_today")
 TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources",
           "engine_args", "vendor_container_notes")
 
@@ -668,7 +670,7 @@ def serving_resolve(inputs, tables):
         "entrypoint": [], "command": [], "command_sources": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
         "auth": bool(api_key_set), "gateway": gateway, "tuning": list(tuning), "container": {},
         "container_loosened": [], "container_notes": [], "imex": None, "max_output_tokens": None,
-        "output_cap": {}, "blockers": blockers,
+        "output_cap": {}, "release": None, "blockers": blockers,
     }
 
     if profile not in matrix:
@@ -894,9 +896,78 @@ def serving_resolve(inputs, tables):
         # what the vendor's own container instructions add and why the project does not (the plan prints it)
         container_notes=list((table("vendor_container_notes") or {}).get(gpu["vendor"]) or []),
     )
+    # The signed release, where release keys are listed: it must be what this spec runs, and it
+    # gives the manifest pin when the inventory sets none.
+    release, release_problems = release_check(spec, get("release_bundle"), get("release_keys"),
+                                              get("release_revoked"), get("release_today"))
+    blockers.extend(release_problems)
+    spec["release"] = release
+    if release and not spec["weights"].get("manifest_sha256"):
+        spec["weights"]["manifest_sha256"] = release["manifest_sha256"]
     # The central check: nothing that reaches the unit or argv holds a control character.
     blockers.extend(v.control_problems({k: item for k, item in spec.items() if k != "blockers"}, "serving"))
     return spec
+
+
+# --- Signed releases (issue 33): the release part the plan writes, and its check -----------------
+
+# What a release binds, in the order a refusal names the parts that differ.
+RELEASE_PARTS = ("repo", "revision", "manifest_sha256", "profile", "engine", "images", "argv", "env")
+
+
+def release_part(spec):
+    """The project's part of a release document (predicate.mm3_release) for serving_spec: the
+    weights (repository, revision, manifest sha256), the profile and engine, the image, and the
+    engine's exact argv and environment as the unit runs them. plan.yml writes it for review;
+    tools/release_sign.py signs it together with the manifest's files."""
+    spec = spec or {}
+    weights = spec.get("weights") or {}
+    return {"repo": weights.get("repo"), "revision": weights.get("revision"),
+            "manifest_sha256": weights.get("manifest_sha256"), "profile": spec.get("profile"),
+            "engine": spec.get("engine"), "images": [(spec.get("image") or {}).get("ref")],
+            "argv": [str(t) for t in spec.get("command") or []],
+            "env": ["%s=%s" % (k, (spec.get("env") or {})[k]) for k in sorted(spec.get("env") or {})]}
+
+
+def release_check(spec, bundle, keys, revoked, today):
+    """Check the signed release (`bundle`, the text of its .sig) against `keys` (release_keys) less
+    `revoked` on `today` (YYYY-MM-DD), and bind it to the resolved spec: (summary or None,
+    blockers). Without keys and bundle: (None, []) and the manifest pin alone is the anchor. With
+    keys, the manifest pin comes from the signed release when the inventory sets none, and every
+    part of RELEASE_PARTS must equal what this spec would run; a refusal names the parts."""
+    keys = keys or []
+    revoked = revoked or []
+    if not keys and not bundle:
+        return None, []
+    if not keys:
+        return None, ["serving_release_bundle is set but serving_release_keys is empty: list the public keys "
+                      "that may sign releases (docs/operations/releases.md), or remove the bundle."]
+    if not isinstance(revoked, list):
+        return None, ["serving_release_revoked is a %s: give a list of key ids, key names or release digests."
+                      % v.type_name(revoked)]
+    if not bundle:
+        return None, ["serving_release_keys is set but no signed release is given: set serving_release_bundle to "
+                      "the .sig that tools/release_sign.py wrote for this plan's release-part.json."]
+    try:
+        day = datetime.date.fromisoformat(str(today)) if today else None
+        checked = rs.verify(bundle, rs.trusted_keys(keys), revoked=revoked, today=day)
+    except (rs.ReleaseError, ValueError) as error:
+        return None, ["signed release refused: %s" % error]
+    signed = checked["release"]
+    if not isinstance(signed, dict):
+        return None, ["the signed release holds the weights only (no mm3_release part: signed by model_signing "
+                      "itself?): sign the plan's release-part.json with tools/release_sign.py statement --release."]
+    planned = release_part(spec)
+    if planned["manifest_sha256"] is None and v.is_sha256(signed.get("manifest_sha256") or ""):
+        planned["manifest_sha256"] = signed["manifest_sha256"]  # the pin comes from the signed release
+    differ = rs.release_differences({p: signed.get(p) for p in RELEASE_PARTS},
+                                    {p: planned[p] for p in RELEASE_PARTS})
+    if differ:
+        return None, ["this deployment differs from the signed release %s (key '%s') in: %s. Deploy what was "
+                      "signed, or plan again and have the new release-part.json signed." % (
+                          checked["release_digest"][:16], checked["key"], ", ".join(differ))]
+    return {"key": checked["key"], "key_id": checked["key_id"], "digest": checked["release_digest"],
+            "files": len(checked["entries"]), "manifest_sha256": planned["manifest_sha256"]}, []
 
 
 def serving_blockers_text(spec):
@@ -934,4 +1005,5 @@ class FilterModule(object):
             "serving_blockers_text": serving_blockers_text,
             "serving_engine_url": engine_url,
             "serving_health_url": health_url,
+            "serving_release_part": release_part,
         }

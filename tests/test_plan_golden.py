@@ -10,6 +10,7 @@ a blocked profile exits non-zero and gets no unit.
 
 Regenerate the goldens after a reviewed matrix change: UPDATE_GOLDEN=1 pytest tests/test_plan_golden.py
 """
+import json
 import os
 import pathlib
 import shlex
@@ -243,7 +244,11 @@ def test_unit_runs_exactly_the_planned_command(plans, profile):
     # only the plan's files, at their node paths, and the Kubernetes objects beside them
     # (tests/test_k8s_manifests.py reads them): nothing else is written
     files = sorted(str(p.relative_to(plan_dir)) for p in plan_dir.rglob("*") if p.is_file())
-    assert files == sorted([str(CMD), str(UNIT), "k8s/minimax-m3.yaml"])
+    assert files == sorted([str(CMD), str(UNIT), "k8s/minimax-m3.yaml", "release-part.json"])
+    # The release part to sign is what the unit runs: the engine argv after the image, the image.
+    part = json.loads((plan_dir / "release-part.json").read_text())
+    image = next(i for i, token in enumerate(cmd) if token in part["images"])
+    assert cmd[image + 1:] == part["argv"] and part["profile"] == profile and part["revision"] == "b" * 40
     # without a manifest pin the unit could not start (its ExecStartPre re-check compares with the
     # pin): no unit, the blocker says so; the Kubernetes objects are refused for it too
     unpinned = plans["defaults"].dir / "b200"

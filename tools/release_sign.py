@@ -22,6 +22,7 @@ usage:
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -42,10 +43,15 @@ def _read(path, mode="r"):
 
 
 def cmd_statement(args):
-    entries = parse_manifest(_read(args.manifest))
+    manifest = _read(args.manifest, "rb")
+    entries = parse_manifest(manifest.decode())
     release = json.loads(_read(args.release)) if args.release else None
     if release is not None and not isinstance(release, dict):
         raise rs.ReleaseError("%s is not a JSON object." % args.release)
+    pinned = (release or {}).get("manifest_sha256")
+    if pinned and pinned != hashlib.sha256(manifest).hexdigest():
+        raise rs.ReleaseError("%s pins manifest %s, but %s hashes to %s: give the manifest the plan pinned."
+                              % (args.release, pinned, args.manifest, hashlib.sha256(manifest).hexdigest()))
     sys.stdout.write(rs.payload_bytes(rs.statement(args.name, entries, release=release)).decode())
 
 

@@ -282,7 +282,7 @@ def test_the_operator_tool_makes_signs_and_checks_a_release(upstream, keys, mode
     manifest = tmp_path / "weights.manifest.sha256"
     manifest.write_text("".join("%s  %s\n" % (h, p) for p, h in entries))
     part = tmp_path / "release-part.json"
-    part.write_text(json.dumps(RELEASE))
+    part.write_text(json.dumps(dict(RELEASE, manifest_sha256="0" * 64)))
     password = tmp_path / "password"
     password.write_text("correct horse battery staple\n")
     password.chmod(0o600)
@@ -295,6 +295,10 @@ def test_the_operator_tool_makes_signs_and_checks_a_release(upstream, keys, mode
         done = subprocess.run(tool + list(args), capture_output=True, text=True)
         return done.returncode, done.stdout, done.stderr
 
+    # The release part the plan wrote pins the manifest: another manifest is refused.
+    rc, _, err = run("statement", "--manifest", str(manifest), "--name", d.name, "--release", str(part))
+    assert rc == 1 and "pins manifest %s, but" % ("0" * 64) in err, err
+    part.write_text(json.dumps(dict(RELEASE, manifest_sha256=hashlib.sha256(manifest.read_bytes()).hexdigest())))
     rc, statement_text, err = run("statement", "--manifest", str(manifest), "--name", d.name, "--release", str(part))
     assert rc == 0, err
     (tmp_path / "release.json").write_text(statement_text)

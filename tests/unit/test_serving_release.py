@@ -1,0 +1,118 @@
+"""A deployment is the signed release, or it is refused (issue 33): serving_resolve checks the
+bundle against serving_release_keys/serving_release_revoked and binds it to what the spec runs -
+weights, manifest pin, profile, engine, image, argv, environment - naming the parts that differ.
+The release part is the one the plan writes (serving_release_part); the keys are openssl's."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from helpers import ROOT, load_source, serving_args
+
+from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
+
+serving = load_source("mm3_serving_filters", os.path.join(ROOT, "filter_plugins", "serving.py"))
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+PIN = "c" * 64
+BASE = dict(profile="h200", engine="vllm", image={"digest": DIGEST}, weights_revision="a" * 40,
+            weights_manifest_sha256=PIN)
+FILES = [("config.json", "1" * 64), ("model-00001-of-00001.safetensors", "2" * 64)]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    out = {}
+    for name in ("site", "stranger"):
+        subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out",
+                        str(d / (name + ".pem"))], check=True)
+        subprocess.run(["openssl", "ec", "-in", str(d / (name + ".pem")), "-pubout", "-out", str(d / (name + ".pub"))],
+                       check=True, capture_output=True)
+        out[name] = ((d / (name + ".pem")).read_bytes(), (d / (name + ".pub")).read_text())
+    return out
+
+
+def resolve(**kw):
+    inputs = dict(BASE, release_today="2026-12-05")
+    inputs.update(kw)
+    return serving.serving_resolve(*serving_args(**inputs))
+
+
+def signed_release(keys, key="site", **change):
+    """What an operator signs: the plan's release part of BASE (with `change` applied)."""
+    part = serving.release_part(resolve())
+    part.update(change)
+    return json.dumps(rs.sign(rs.statement("MiniMax-M3", FILES, release=part), keys[key][0]))
+
+
+def listed(keys, **extra):
+    return [dict({"name": "site-2026", "public_key": keys["site"][1]}, **extra)]
+
+
+def test_the_signed_release_deploys_and_pins_the_manifest(keys):
+    bundle = signed_release(keys)
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys))
+    assert spec["blockers"] == []
+    assert spec["release"]["key"] == "site-2026" and spec["release"]["files"] == 2
+    # Without an inventory pin, the manifest pin is the signed one.
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys), weights_manifest_sha256=None)
+    assert spec["blockers"] == [] and spec["weights"]["manifest_sha256"] == PIN
+
+
+def test_no_keys_no_bundle_is_the_manifest_pin_alone():
+    spec = resolve()
+    assert spec["blockers"] == [] and spec["release"] is None
+
+
+@pytest.mark.parametrize("case,inputs,fragment", [
+    ("another image", dict(image={"digest": "sha256:" + "f" * 64}), "in: images."),
+    ("another engine flag", dict(profile_overrides={"engines": {"vllm": {"args": [
+        ["--tensor-parallel-size", "8"], ["--block-size", "64"], ["--max-model-len", "65536"],
+        ["--reasoning-parser", "minimax_m3"], ["--tool-call-parser", "minimax_m3"], ["--enable-auto-tool-choice"],
+        ["--gpu-memory-utilization", "0.80"]]}}}), "in: argv."),
+    ("another output cap", dict(max_output_tokens=65536), "in: argv."),
+    ("another revision", dict(weights_revision="b" * 40), "in: revision."),
+    ("another manifest pin", dict(weights_manifest_sha256="d" * 64), "in: manifest_sha256."),
+    ("another environment", dict(profile_overrides={"engines": {"vllm": {"env": {"NCCL_DEBUG": "INFO"}}}}), "in: env."),
+])
+def test_a_deployment_that_is_not_the_signed_release_is_refused_naming_the_part(keys, case, inputs, fragment):
+    text = "\n".join(resolve(release_bundle=signed_release(keys), release_keys=listed(keys), **inputs)["blockers"])
+    assert "this deployment differs from the signed release" in text and fragment in text, (case, text)
+    assert "Deploy what was signed, or plan again and have the new release-part.json signed." in text
+
+
+@pytest.mark.parametrize("case,inputs,fragment", [
+    ("keys but no bundle", dict(release_bundle=None), "no signed release is given: set serving_release_bundle"),
+    ("a bundle but no keys", dict(release_keys=[]), "serving_release_bundle is set but serving_release_keys is empty"),
+    ("an unknown key", dict(release_keys="stranger"), "which is not in release_keys"),
+    ("a revoked key", dict(release_revoked=["site-2026"]), "which release_revoked revokes"),
+    ("an expired key", dict(release_keys="expired"), "expired on 2026-11-30"),
+    ("a malformed bundle", dict(release_bundle="{not json"), "the signature is not JSON"),
+    ("a key in the wrong format", dict(release_keys="private"), "is not a PEM public key"),
+    ("revocations not a list", dict(release_revoked="site-2026"), "serving_release_revoked is a str"),
+])
+def test_a_release_that_cannot_be_trusted_is_refused(keys, case, inputs, fragment):
+    named = {"stranger": [{"name": "stranger", "public_key": keys["stranger"][1]}],
+             "expired": listed(keys, not_after="2026-11-30"),
+             "private": [{"name": "site-2026", "public_key": keys["site"][0].decode()}]}
+    if isinstance(inputs.get("release_keys"), str):
+        inputs = dict(inputs, release_keys=named[inputs["release_keys"]])
+    kw = dict(release_bundle=signed_release(keys), release_keys=listed(keys))
+    kw.update(inputs)
+    text = "\n".join(resolve(**kw)["blockers"])
+    assert fragment in text, (case, text)
+
+
+def test_a_weights_only_bundle_is_refused(keys):
+    bundle = json.dumps(rs.sign(rs.statement("MiniMax-M3", FILES), keys["site"][0]))
+    text = "\n".join(resolve(release_bundle=bundle, release_keys=listed(keys))["blockers"])
+    assert "holds the weights only (no mm3_release part" in text, text
+
+
+def test_the_release_part_is_what_the_unit_runs():
+    spec = resolve()
+    part = serving.release_part(spec)
+    assert part["argv"] == spec["command"] and part["images"] == [spec["image"]["ref"]]
+    assert "--override-generation-config" in part["argv"]  # the output cap is part of what is signed
+    assert part["manifest_sha256"] == PIN and part["revision"] == "a" * 40
