@@ -20,7 +20,6 @@ The upstream CLI comes from tools/model_signing/requirements.lock (pip --require
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -31,25 +30,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "model_signing"))
 
 import weights_verify_bench as wb  # noqa: E402
+from cli import model_signing_cli  # noqa: E402
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 from ansible_collections.mm3.shared.plugins.module_utils.weights_common import parse_manifest  # noqa: E402
 
 MB = 1_000_000
-LOCK = os.path.join(ROOT, "tools", "model_signing", "requirements.lock")
-
-
-def upstream_cli():
-    venv = os.path.join(ROOT, ".cache", "model-signing-venv")
-    with open(LOCK, "rb") as handle:
-        tag = hashlib.sha256(handle.read() + sys.version.encode()).hexdigest()[:12]
-    if not os.path.exists(os.path.join(venv, ".lock-" + tag)):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
-        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
-                        "--require-hashes", "--only-binary=:all:", "-r", LOCK], check=True)
-        open(os.path.join(venv, ".lock-" + tag), "w").close()
-    return os.path.join(venv, "bin", "model_signing")
 
 
 def keypair(d):
@@ -100,7 +88,7 @@ def main():
     # upstream's CLI on the same files; cold (page cache dropped, where permitted) and warm.
     with open(pub) as handle:
         keys = rs.trusted_keys([{"name": "site", "public_key": handle.read()}])
-    cli = upstream_cli()
+    cli = model_signing_cli()
     upstream_sig = sig + ".upstream"
     _, up_sign_s = timed(subprocess.run, [cli, "sign", "key", a.dir, "--private_key", key, "--signature",
                                           upstream_sig])

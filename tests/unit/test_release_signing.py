@@ -16,12 +16,12 @@ import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, load_source
 
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 from ansible_collections.mm3.shared.plugins.module_utils.weights_common import parse_manifest  # noqa: E402
 
-LOCK = os.path.join(ROOT, "tools", "model_signing", "requirements.lock")
+cli = load_source("mm3_model_signing_cli", os.path.join(ROOT, "tools", "model_signing", "cli.py"))
 TODAY = datetime.date(2026, 12, 5)
 RELEASE = {"repo": "MiniMaxAI/MiniMax-M3", "revision": "a" * 40, "profile": "cpu-lab",
            "images": ["mm3-lab/vllm-cpu@sha256:" + "b" * 64],
@@ -220,17 +220,7 @@ def test_the_signed_files_against_the_manifest_name_each_difference(model):
 @pytest.fixture(scope="module")
 def upstream():
     """model_signing's CLI, from the hashed lock (pip --require-hashes), cached per lock."""
-    with open(LOCK, "rb") as handle:
-        tag = hashlib.sha256(handle.read() + sys.version.encode()).hexdigest()[:12]
-    venv = os.path.join(ROOT, ".cache", "model-signing-venv")
-    cli = os.path.join(venv, "bin", "model_signing")
-    stamp = os.path.join(venv, ".lock-" + tag)
-    if not os.path.exists(stamp):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
-        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
-                        "--require-hashes", "--only-binary=:all:", "-r", LOCK], check=True)
-        open(stamp, "w").close()
-    return cli
+    return cli.model_signing_cli()
 
 
 def run_cli(cli, *args):
