@@ -498,19 +498,19 @@ def output_cap(value, engine_facts, engine):
     through serving_engines.<engine>.output_cap): ({tokens, flag, env, args}, problems). `args`
     are the command tokens ([flag, JSON] for vLLM's --override-generation-config); `env` the
     variable the engine reads instead (SGLang's SGLANG_MAX_NEW_TOKENS_LIMIT). An engine without an
-    output_cap entry gets no cap and says so in the plan (tokens None)."""
+    output_cap entry gets no cap (tokens None)."""
+    facts = (engine_facts or {}).get("output_cap") or {}
+    cap = {"tokens": None, "flag": facts.get("flag"), "env": facts.get("env"), "args": []}
     tokens = v.whole_number(value, *OUTPUT_CAP_RANGE)
     if tokens is None:
-        return {"tokens": None, "flag": None, "env": None, "args": []}, [
+        return dict(cap, flag=None, env=None), [
             "serving_max_output_tokens is %r: give a whole number from %d to %d (the most tokens the engine "
             "generates for one request)." % (value, OUTPUT_CAP_RANGE[0], OUTPUT_CAP_RANGE[1])]
-    facts = (engine_facts or {}).get("output_cap") or {}
-    cap = {"tokens": tokens, "flag": facts.get("flag"), "env": facts.get("env"), "args": []}
+    if facts:
+        cap["tokens"] = tokens
     if facts.get("flag"):
         value = json.dumps({facts["json_key"]: tokens}, separators=(",", ":")) if facts.get("json_key") else str(tokens)
         cap["args"] = [facts["flag"], value]
-    if not facts:
-        cap["tokens"] = None
     return cap, []
 
 

@@ -43,8 +43,6 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://model_signing/signature/v1.0"
 RELEASE_KEY = "mm3_release"
 RELEASE_VERSION = 1
-# model-signing's CLI leaves these out at the model's root (--ignore-git-paths, on by default).
-GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
 CURVE_HASH = {"secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
 
 
@@ -230,6 +228,15 @@ def envelope(bundle_text):
     return _b64(dsse.get("payload"), "payload"), _b64(signatures[0].get("sig"), "signature"), hint
 
 
+def _is_relpath(name):
+    """A path the manifest reader accepts (relative, normalised): weights_common.check_relpath."""
+    try:
+        check_relpath(name)
+    except ManifestError:
+        return False
+    return True
+
+
 def check_statement(document):
     """The statement as model-signing v1.0 writes it, with a consistent root digest; returns its
     resources as [(name, digest)], or ReleaseError."""
@@ -242,7 +249,8 @@ def check_statement(document):
     subjects = document.get("subject")
     if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):
         raise ReleaseError("the statement must name exactly one subject (the weights directory).")
-    digest = (subjects[0].get("digest") or {}).get("sha256") if isinstance(subjects[0].get("digest"), dict) else None
+    digest = subjects[0].get("digest")
+    digest = digest.get("sha256") if isinstance(digest, dict) else None
     predicate = document.get("predicate")
     if not isinstance(predicate, dict):
         raise ReleaseError("the statement has no predicate.")
@@ -261,11 +269,7 @@ def check_statement(document):
     for item in resources:
         name = item.get("name") if isinstance(item, dict) else None
         value = item.get("digest") if isinstance(item, dict) else None
-        try:
-            if not isinstance(name, str) or has_control(name):
-                raise ManifestError(name)
-            check_relpath(name)  # as the manifest's own paths are read
-        except ManifestError:
+        if not isinstance(name, str) or has_control(name) or not _is_relpath(name):
             raise ReleaseError("the statement lists a file %r that is not a relative, normalised path." % (name,))
         if item.get("algorithm") != "sha256" or not is_sha256(value):
             raise ReleaseError("the statement's entry for %s is not a sha256 digest." % name)
@@ -277,6 +281,15 @@ def check_statement(document):
         raise ReleaseError("the statement's subject digest does not match its files: the statement is "
                            "inconsistent; sign the release again.")
     return entries
+
+
+def _signed_by(public_key, signature, payload):
+    """Whether `signature` is `public_key`'s over the DSSE encoding of `payload`."""
+    try:
+        public_key.verify(signature, pae(PAYLOAD_TYPE, payload), ec.ECDSA(CURVE_HASH[public_key.curve.name]()))
+    except InvalidSignature:
+        return False
+    return True
 
 
 def verify(bundle_text, keys, revoked=(), today=None):
@@ -294,19 +307,11 @@ def verify(bundle_text, keys, revoked=(), today=None):
     if not candidates:
         raise ReleaseError("the release is signed with key %s, which is not in release_keys: add that public "
                            "key (after review), or sign with a listed key." % (hint,))
-    document = None
-    for key in candidates:
-        try:
-            key["key"].verify(signature, pae(PAYLOAD_TYPE, payload), ec.ECDSA(CURVE_HASH[key["key"].curve.name]()))
-        except InvalidSignature:
-            continue
-        document = key
-        break
-    if document is None:
+    key = next((k for k in candidates if _signed_by(k["key"], signature, payload)), None)
+    if key is None:
         raise ReleaseError("the release's signature does not verify with %s: the bundle was changed after "
                            "signing or signed by another key; sign it again." % (
                                "key '%s'" % candidates[0]["name"] if hint else "any key in release_keys"))
-    key = document
     digest = release_digest(payload)
     if key["id"] in revoked or key["name"] in revoked:
         raise ReleaseError("the release is signed by key '%s' (%s), which release_revoked revokes: sign the "
