@@ -16,6 +16,7 @@ import shlex
 import yaml
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.mm3.shared.plugins.module_utils import engine_args as ea
 from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
 _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
@@ -180,18 +181,10 @@ def hardening_args(container):
     return args
 
 
-def engine_env(spec):
-    """[(name, value)]: HF_HUB_OFFLINE=1, then the entry's and the container's environment,
-    sorted (the unit's -e and the pod's env)."""
-    env = dict(spec.get("env") or {})
-    env.update((spec.get("container") or {}).get("env") or {})
-    return [("HF_HUB_OFFLINE", "1")] + [(key, str(env[key])) for key in sorted(env)]
-
-
 def _env_args(spec):
     """-e NAME=VALUE for each of engine_env."""
     argv = []
-    for key, value in engine_env(spec):
+    for key, value in ea.engine_env(spec):
         argv += ["-e", "%s=%s" % (key, value)]
     return argv
 
@@ -564,7 +557,7 @@ def k8s_manifests(spec, settings):
     image, command, args = k8s_exec(spec, engine_container_args(spec, config_path))
     container_cfg = spec.get("container") or {}
 
-    env = [{"name": k, "value": v} for k, v in engine_env(spec)]
+    env = [{"name": k, "value": v} for k, v in ea.engine_env(spec)]
 
     security = {"allowPrivilegeEscalation": not container_cfg.get("no_new_privileges"),
                 "privileged": False,
@@ -796,7 +789,7 @@ def env_sources(spec):
     profile_env = spec.get("env") or {}
     origin = spec.get("source") or "matrix"
     result = []
-    for name, value in engine_env(spec):
+    for name, value in ea.engine_env(spec):
         if name == "HF_HUB_OFFLINE":
             source = "seed: the offline start (no hub call from the node)"
         elif name == (spec.get("output_cap") or {}).get("env"):

@@ -918,7 +918,8 @@ RELEASE_PARTS = ("repo", "revision", "manifest_sha256", "profile", "engine", "im
 def release_part(spec):
     """The project's part of a release document (predicate.mm3_release) for serving_spec: the
     weights (repository, revision, manifest sha256), the profile and engine, the image, and the
-    engine's exact argv and environment as the unit runs them. plan.yml writes it for review;
+    engine's exact argv and environment as the unit runs them (engine_env: the entry's and the
+    container's, with HF_HUB_OFFLINE). plan.yml writes it for review;
     tools/release_sign.py signs it together with the manifest's files."""
     spec = spec or {}
     weights = spec.get("weights") or {}
@@ -926,7 +927,7 @@ def release_part(spec):
             "manifest_sha256": weights.get("manifest_sha256"), "profile": spec.get("profile"),
             "engine": spec.get("engine"), "images": [(spec.get("image") or {}).get("ref")],
             "argv": [str(t) for t in spec.get("command") or []],
-            "env": ["%s=%s" % (k, (spec.get("env") or {})[k]) for k in sorted(spec.get("env") or {})]}
+            "env": ["%s=%s" % pair for pair in ea.engine_env(spec)]}
 
 
 def release_check(spec, bundle, keys, revoked, today):

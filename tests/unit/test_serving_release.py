@@ -75,6 +75,9 @@ def test_no_keys_no_bundle_is_the_manifest_pin_alone():
     ("another revision", dict(weights_revision="b" * 40), "in: revision."),
     ("another manifest pin", dict(weights_manifest_sha256="d" * 64), "in: manifest_sha256."),
     ("another environment", dict(profile_overrides={"engines": {"vllm": {"env": {"NCCL_DEBUG": "INFO"}}}}), "in: env."),
+    # the container's environment reaches the unit's -e too (engine_env), so it is signed as well
+    ("another container environment", dict(profile_overrides={"engines": {"vllm": {"container": {
+        "env": {"NCCL_DEBUG": "INFO"}}}}}), "in: env."),
 ])
 def test_a_deployment_that_is_not_the_signed_release_is_refused_naming_the_part(keys, case, inputs, fragment):
     text = "\n".join(resolve(release_bundle=signed_release(keys), release_keys=listed(keys), **inputs)["blockers"])

@@ -16,6 +16,8 @@ Pure functions over that record (the JSON's `parser` and `actions`):
                                 written), token, values, value, origin, form}] and problems
                                 [{kind, origin, token, message}]
   dest_of(option, table)        the dest an option string (or an accepted abbreviation) sets
+  engine_env(spec)              the engine's environment as the container gets it (the unit's
+                                -e, the pod's env, and the signed release's env)
 
 Problems are refused by the caller, which names the variable a token came from (`origins`):
 an unknown option, an abbreviation (with the option it abbreviates) or an ambiguous prefix,
@@ -290,3 +292,12 @@ def canonicalize(tokens, tab, origins=None, accepted_abbreviations=()):
             seen[dest] = occurrence
         occurrences.append(occurrence)
     return occurrences, problems
+
+
+def engine_env(spec):
+    """[(name, value)] for a resolved serving_spec: HF_HUB_OFFLINE=1, then the entry's and the
+    container's environment merged and sorted. One home: the unit's -e options, the pod's env and
+    the env a signed release binds are all this list."""
+    env = dict(spec.get("env") or {})
+    env.update((spec.get("container") or {}).get("env") or {})
+    return [("HF_HUB_OFFLINE", "1")] + [(str(key), str(env[key])) for key in sorted(env)]
