@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - cryptography ships with ansible-core
 CLIENT_DEFAULTS = {"requests_per_minute": 600, "concurrent": 16, "max_body_bytes": 2 * 1024 * 1024,
                    "max_tokens": 8192}
 CLIENT_LIMITS = {"requests_per_minute": (1, 1000000), "concurrent": (1, 100000),
-                 "max_body_bytes": (1024, 64 * 1024 * 1024), "max_tokens": (1, 10000000)}
+                 "max_body_bytes": (1024, 64 * 1024 * 1024), "max_tokens": v.OUTPUT_TOKENS_RANGE}
 # The only paths clients reach (method, exact path or prefix); everything else is 404.
 CLIENT_PATHS = [
     {"path": "/v1/chat/completions", "methods": ["POST"], "body": True},
@@ -211,7 +211,7 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
     blockers = []
     resolved_clients, problems = clients_resolve(clients)
     blockers += problems
-    engine_cap = v.whole_number(engine_max_output_tokens, 1, CLIENT_LIMITS["max_tokens"][1])
+    engine_cap = v.whole_number(engine_max_output_tokens, *v.OUTPUT_TOKENS_RANGE)
     for client in resolved_clients if engine_cap else []:
         if client["max_tokens"] > engine_cap:
             blockers.append("gateway client %s may ask for max_tokens %d, above the engine's own cap of %d "

@@ -489,10 +489,6 @@ def secret_free(sources, args, record):
     return result
 
 
-# The engine's own cap on generated tokens: at most what a gateway client may be given.
-OUTPUT_CAP_RANGE = (1, 10000000)
-
-
 def output_cap(value, engine_facts, engine):
     """The engine's own cap on the tokens one request generates (serving_max_output_tokens, read
     through serving_engines.<engine>.output_cap): ({tokens, flag, env, args}, problems). `args`
@@ -501,11 +497,11 @@ def output_cap(value, engine_facts, engine):
     output_cap entry gets no cap (tokens None)."""
     facts = (engine_facts or {}).get("output_cap") or {}
     cap = {"tokens": None, "flag": facts.get("flag"), "env": facts.get("env"), "args": []}
-    tokens = v.whole_number(value, *OUTPUT_CAP_RANGE)
+    tokens = v.whole_number(value, *v.OUTPUT_TOKENS_RANGE)
     if tokens is None:
         return dict(cap, flag=None, env=None), [
             "serving_max_output_tokens is %r: give a whole number from %d to %d (the most tokens the engine "
-            "generates for one request)." % (value, OUTPUT_CAP_RANGE[0], OUTPUT_CAP_RANGE[1])]
+            "generates for one request)." % (value, v.OUTPUT_TOKENS_RANGE[0], v.OUTPUT_TOKENS_RANGE[1])]
     if facts:
         cap["tokens"] = tokens
     if facts.get("flag"):

@@ -41,6 +41,9 @@ SECRET_PLACEHOLDERS = ("changeme", "change-me", "change_me", "replaceme", "repla
 # (PATH_MAX, with its terminating NUL), in bytes.
 NAME_MAX = 255
 PATH_MAX = 4095
+# The tokens one request may generate: the range of the engine's own cap
+# (serving_max_output_tokens) and of a gateway client's max_tokens, which may not exceed it.
+OUTPUT_TOKENS_RANGE = (1, 10000000)
 
 
 def type_name(value):
