@@ -50,6 +50,13 @@ case "${1:-up}" in
       $stage lab-engine-image scripts/vllm-cpu-image.sh
       $stage lab-hosts ansible-playbook "${inv[@]}" -e "lab_nodes=${LAB_NODES:-1}" lab/up.yml
     fi
+    # The second run deploys node1's signed release (scripts/lab-release.sh sign, after the first):
+    # it must still change nothing and plan "no change"; then tampered releases are refused.
+    release_inv=reports/lab/release/inventory.yml
+    if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ]; then
+      [ -f "$release_inv" ] || { echo "lab: no signed release ($release_inv): run make lab once first" >&2; exit 1; }
+      inv+=(-i "$release_inv")
+    fi
     log=reports/lab/site-$(date -u +%Y%m%dT%H%M%SZ).log
     echo "lab: running playbooks/site.yml against the lab (log: $log)"
     set +e
@@ -82,6 +89,11 @@ case "${1:-up}" in
       echo "== plan against $node: ${line#*: }"
       [ "${line#*: }" = "no change" ] || { echo "lab: the plan differs from what $node runs, see $plan_log" >&2; exit 1; }
     done
+    if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ]; then
+      grep -q "signed by key lab-release)" "$plan_log" \
+        || { echo "lab: mm3-lab-node1 does not run the signed release, see $plan_log" >&2; exit 1; }
+      echo "== plan against mm3-lab-node1: the release signed by key lab-release"
+    fi
     # The firewall from outside a node, and the secrets search against the real engine's logs
     # (lab/checks.yml; it plants a canary so the search can fail).
     checks_log=reports/lab/checks-$(date -u +%Y%m%dT%H%M%SZ).log
@@ -101,6 +113,11 @@ for n in nodes:
 bad = [n["node"] for n in nodes if not n["release"] or n["health_status"] != 200 or "(this release)" not in n["verification"]]
 sys.exit("lab: no release recorded, no health or no verification of this release on: %s" % ", ".join(bad) if bad else 0)
 PY
+    if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ]; then
+      $stage lab-release-refusals scripts/lab-release.sh refusals
+    else
+      $stage lab-release-sign scripts/lab-release.sh sign
+    fi
     ;;
   drill)
     # The drill on a running lab (lab/drill.yml): kill the engine container, MM3EngineDown fires
