@@ -666,7 +666,7 @@ def serving_resolve(inputs, tables):
         "entrypoint": [], "command": [], "command_sources": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
         "auth": bool(api_key_set), "gateway": gateway, "tuning": list(tuning), "container": {},
         "container_loosened": [], "container_notes": [], "imex": None, "max_output_tokens": None,
-        "output_cap": {}, "release": None, "blockers": blockers,
+        "output_cap": {}, "release": None, "release_refusal": [], "blockers": blockers,
     }
 
     if profile not in matrix:
@@ -898,6 +898,7 @@ def serving_resolve(inputs, tables):
                                               get("release_revoked"), get("release_today"))
     blockers.extend(release_problems)
     spec["release"] = release
+    spec["release_refusal"] = list(release_problems)
     if release and not spec["weights"].get("manifest_sha256"):
         spec["weights"]["manifest_sha256"] = release["manifest_sha256"]
     # The central check: nothing that reaches the unit or argv holds a control character.
@@ -967,6 +968,21 @@ def release_check(spec, bundle, keys, revoked, today):
             "files": len(checked["entries"]), "manifest_sha256": planned["manifest_sha256"]}, []
 
 
+def release_line(spec):
+    """What status.yml says of a node's signed release: the key and release that verified, the
+    refusal (a revoked or expired key, a differing part: naming it), or that there is none."""
+    spec = spec or {}
+    release = spec.get("release")
+    if release:
+        return "signed by key %s (release %s)" % (release.get("key"), str(release.get("digest"))[:16])
+    refusal = spec.get("release_refusal") or []
+    if refusal:
+        text = str(refusal[0])
+        return "signed release REFUSED: %s" % (text[len("signed release refused: "):]
+                                               if text.startswith("signed release refused: ") else text)
+    return "unsigned (the manifest pin is the anchor)"
+
+
 def serving_blockers_text(spec):
     """The refusal message: one blocker per line."""
     lines = ["serving: profile '%s' (%s) refused:" % (spec.get("profile"), spec.get("engine"))]
@@ -1003,4 +1019,5 @@ class FilterModule(object):
             "serving_engine_url": engine_url,
             "serving_health_url": health_url,
             "serving_release_part": release_part,
+            "serving_release_line": release_line,
         }

@@ -88,6 +88,16 @@ edited engine flag|{"serving_max_output_tokens": 300}|inventory.yml|in: argv.
 swapped image|{"serving_image": {"repository": "127.0.0.1:5000/mm3-lab/vllm-cpu", "digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000"}}|inventory.yml|in: images.
 another revision|{"serving_weights_revision": "{{ lab_rollout_revision }}", "serving_weights_manifest_sha256": "{{ lab_rollout_manifest_sha256 }}"}|inventory.yml|in: revision, manifest_sha256.
 CASES
+    # The revoked key as status.yml reports it (it reads only): the line names the key.
+    ansible-playbook "${inv[@]}" -i "$dir/inventory.yml" playbooks/status.yml --limit "$node,localhost" \
+      -e '{"serving_release_revoked": ["lab-release"]}' -e status_report_dir="$here/$dir/status-revoked" \
+      > "$dir/status-revoked.log" 2>&1 || true
+    if grep -q "signed release REFUSED: the release is signed by key 'lab-release'.*release_revoked revokes" \
+         "$dir/status-revoked/status.json" 2>/dev/null; then
+      echo "lab-release: status.yml with the key revoked: $(grep -o 'signed release REFUSED[^;]*' "$dir/status-revoked/status.json" | head -n1 | cut -c1-160)"
+    else
+      echo "lab-release: status.yml does not name the revoked key (see $dir/status-revoked.log)" >&2; fail=1
+    fi
     [ "$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)" = "$unit_before" ] \
       || { echo "lab-release: a refused release changed the unit on $node" >&2; fail=1; }
     [ "$(docker exec "$node" docker inspect --format '{{.Id}} {{.State.StartedAt}}' minimax-m3)" = "$engine_before" ] \

@@ -114,6 +114,8 @@ bad = [n["node"] for n in nodes if not n["release"] or n["health_status"] != 200
 sys.exit("lab: no release recorded, no health or no verification of this release on: %s" % ", ".join(bad) if bad else 0)
 PY
     if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ]; then
+      grep -q "signed by key lab-release (release " reports/status/status.json \
+        || { echo "lab: status.yml does not name node1's signed release, see $status_log" >&2; exit 1; }
       $stage lab-release-refusals scripts/lab-release.sh refusals
     else
       $stage lab-release-sign scripts/lab-release.sh sign

@@ -119,3 +119,19 @@ def test_the_release_part_is_what_the_unit_runs():
     assert part["argv"] == spec["command"] and part["images"] == [spec["image"]["ref"]]
     assert "--override-generation-config" in part["argv"]  # the output cap is part of what is signed
     assert part["manifest_sha256"] == PIN and part["revision"] == "a" * 40
+
+
+def test_the_status_line_names_the_key_the_refusal_or_unsigned(keys):
+    """playbooks/status.yml's part on the signed release (serving_release_line)."""
+    bundle = signed_release(keys)
+    line = serving.release_line(resolve(release_bundle=bundle, release_keys=listed(keys)))
+    assert line.startswith("signed by key site-2026 (release ") and len(line.split("release ")[1]) == 17, line
+    line = serving.release_line(resolve(release_bundle=bundle, release_keys=listed(keys), release_revoked=["site-2026"]))
+    assert line.startswith("signed release REFUSED: ") and "release_revoked revokes" in line, line
+    line = serving.release_line(resolve(release_bundle=bundle, release_keys=listed(keys), max_output_tokens=300))
+    assert "REFUSED" in line and "in: argv." in line, line
+    assert serving.release_line(resolve()) == "unsigned (the manifest pin is the anchor)"
+    # a refusal that is not about the release is not the release's
+    assert serving.release_line(resolve(weights_revision="not-a-sha")) == "unsigned (the manifest pin is the anchor)"
+    line = serving.release_line(resolve(release_bundle=bundle, release_keys=listed(keys), release_revoked=["site-2026"]))
+    assert line.startswith("signed release REFUSED: the release is signed by key 'site-2026'"), line
