@@ -1009,8 +1009,8 @@ def health_url(spec):
 
 
 class FilterModule(object):
-    """serving_resolve, serving_blockers_text, serving_engine_url,
-    serving_health_url."""
+    """serving_resolve, serving_blockers_text, serving_engine_url, serving_health_url,
+    serving_release_part, serving_release_line."""
 
     def filters(self):
         return {

@@ -25,7 +25,7 @@ def resolve(profile, **kw):
 def test_filters_registered():
     assert set(serving.FilterModule().filters()) == {
         "serving_resolve", "serving_blockers_text", "serving_engine_url",
-        "serving_health_url", "serving_release_part"}
+        "serving_health_url", "serving_release_part", "serving_release_line"}
     assert set(ms.FilterModule().filters()) == {
         "model_server_docker_argv", "model_server_deploy_blockers", "model_server_env_sources",
         "model_server_hardening_args",
