@@ -179,6 +179,10 @@ def diagnose_state_lines(facts):
         lines.append("burn-in %s %s: %s" % ("failed" if burnin["status"] == "fail" else "passed",
                                            burnin.get("finished", "?"),
                                            "; ".join(burnin.get("problems") or []) or burnin.get("summary") or ""))
+    release = " ".join(str(f.get("release") or "").split())
+    if release:
+        # serving_release_line: the key that signed what the node is bound to, or the refusal
+        lines.append("release: %s" % release)
     gpus = f.get("gpus")
     if gpus and gpus.get("expected"):
         seen, expected = int(gpus.get("seen") or 0), int(gpus["expected"])
@@ -274,6 +278,7 @@ def diagnose_evidence(raw):
         "gateway": _unit_state(units, "haproxy.service") if _true(r.get("gateway")) else None,
         "gpu_fabric": [str(x) for x in r.get("gpu_fabric") or []],
         "burnin": r.get("burnin") if isinstance(r.get("burnin"), dict) else None,
+        "release": r.get("release"),
         "gpus": ({"seen": sum(1 for line in str(gpus.get("stdout", "")).splitlines() if line.startswith("GPU ")),
                   "expected": r.get("gpu_count")} if isinstance(gpus, dict) and _int(gpus.get("rc")) == 0 else None),
     }

@@ -98,6 +98,18 @@ CASES
     else
       echo "lab-release: status.yml does not name the revoked key (see $dir/status-revoked.log)" >&2; fail=1
     fi
+    # ... and as diagnose.yml reports it: the node is diagnosed (not skipped), release_refused first.
+    ansible-playbook "${inv[@]}" -i "$dir/inventory.yml" playbooks/diagnose.yml --limit "$node" \
+      -e '{"serving_release_revoked": ["lab-release"], "diagnose_bundle": false}' \
+      -e diagnose_report_dir="$here/$dir/diagnose-revoked" > "$dir/diagnose-revoked.log" 2>&1 || true
+    report=$dir/diagnose-revoked/$node/diagnosis.json
+    if python3 -c 'import json, sys; f = json.load(open(sys.argv[1]))["findings"]
+sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'"'" in f[0]["evidence"][0]["line"]))' \
+         "$report" 2>/dev/null; then
+      echo "lab-release: diagnose.yml with the key revoked: release_refused first, naming key 'lab-release'"
+    else
+      echo "lab-release: diagnose.yml does not lead with release_refused naming the key (see $dir/diagnose-revoked.log, $report)" >&2; fail=1
+    fi
     [ "$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)" = "$unit_before" ] \
       || { echo "lab-release: a refused release changed the unit on $node" >&2; fail=1; }
     [ "$(docker exec "$node" docker inspect --format '{{.Id}} {{.State.StartedAt}}' minimax-m3)" = "$engine_before" ] \

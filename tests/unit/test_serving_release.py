@@ -135,3 +135,27 @@ def test_the_status_line_names_the_key_the_refusal_or_unsigned(keys):
     assert serving.release_line(resolve(weights_revision="not-a-sha")) == "unsigned (the manifest pin is the anchor)"
     line = serving.release_line(resolve(release_bundle=bundle, release_keys=listed(keys), release_revoked=["site-2026"]))
     assert line.startswith("signed release REFUSED: the release is signed by key 'site-2026'"), line
+
+
+def test_diagnose_names_a_refused_release_and_its_key(keys):
+    """playbooks/diagnose.yml on a node whose signed release no longer verifies: the serving role
+    collects the refusal (it does not stop the diagnosis), the diagnose role writes the status line
+    as a state line, and the table's release_refused rule leads with the key that was revoked."""
+    import yaml
+    diagnose = load_source("mm3_diagnose_filters", os.path.join(ROOT, "filter_plugins", "diagnose.py"))
+    with open(os.path.join(ROOT, "roles", "diagnose", "vars", "main.yml")) as handle:
+        rules = yaml.safe_load(handle)["__diagnose_rules"]
+    bundle = signed_release(keys)
+
+    def findings(spec):
+        evidence = diagnose.diagnose_evidence({"release": serving.release_line(spec)})
+        return evidence["state"], diagnose.diagnose_findings(evidence, rules)
+
+    state, found = findings(resolve(release_bundle=bundle, release_keys=listed(keys), release_revoked=["site-2026"]))
+    assert [f["id"] for f in found] == ["release_refused"], state
+    assert "signed by key 'site-2026'" in found[0]["evidence"][0]["line"]
+    assert "release_revoked revokes" in found[0]["evidence"][0]["line"]
+    state, found = findings(resolve(release_bundle=bundle, release_keys=listed(keys)))
+    assert found == [] and state.startswith("release: signed by key site-2026 (release "), state
+    state, found = findings(resolve())
+    assert found == [] and state == "release: unsigned (the manifest pin is the anchor)"
