@@ -632,6 +632,15 @@ def serving_resolve(inputs, tables):
     blockers = []
     profiles = sorted(matrix)
     profile = str(get("profile") or "").strip()
+    # A signed release gives the pins the inventory leaves unset (the weights revision, the image
+    # digest; the manifest pin below), before the matrix's defaults: rollout.yml and rollback.yml
+    # then take a release in place of the separate pins. A pin the inventory sets wins and must
+    # equal the signed one; release_check compares the whole release at the end.
+    signed = release_pins(get("release_bundle"), get("release_keys"), get("release_revoked"), get("release_today"))
+    if not str(weights_revision or "").strip() and signed.get("revision"):
+        weights_revision = signed["revision"]
+    if signed.get("image") and (image is None or isinstance(image, dict)) and not (image or {}).get("digest"):
+        image = dict(signed["image"], **{k: item for k, item in (image or {}).items() if item not in (None, "")})
 
     # Inputs of the wrong type are refused once each, then treated as empty.
     typed = type_problems({"serving_tuning": (tuning, list),
@@ -925,6 +934,32 @@ def release_part(spec):
             "engine": spec.get("engine"), "images": [(spec.get("image") or {}).get("ref")],
             "argv": [str(t) for t in spec.get("command") or []],
             "env": ["%s=%s" % pair for pair in ea.engine_env(spec)]}
+
+
+def release_pins(bundle, keys, revoked, today):
+    """The pins a signed release gives where the inventory sets none: {'revision': 40-hex,
+    'image': {repository, digest} or {digest, local_id}}, only from a bundle that verifies against
+    `keys` less `revoked` on `today`; {} otherwise (release_check names why)."""
+    if not keys or not bundle or not isinstance(revoked or [], list):
+        return {}
+    try:
+        day = datetime.date.fromisoformat(str(today)) if today else None
+        signed = rs.verify(bundle, rs.trusted_keys(keys), revoked=revoked or [], today=day)["release"]
+    except (rs.ReleaseError, ValueError):
+        return {}
+    if not isinstance(signed, dict):
+        return {}
+    pins = {}
+    if v.is_git_commit(str(signed.get("revision") or "")):
+        pins["revision"] = str(signed["revision"])
+    images = signed.get("images") if isinstance(signed.get("images"), list) else []
+    ref = str(images[0]) if len(images) == 1 else ""
+    repository, _, digest = ref.rpartition("@")
+    if repository and v.is_image_id(digest):
+        pins["image"] = {"repository": repository, "digest": digest}
+    elif v.is_image_id(ref):
+        pins["image"] = {"digest": ref, "local_id": True}
+    return pins
 
 
 def release_check(spec, bundle, keys, revoked, today):

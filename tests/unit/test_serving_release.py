@@ -159,3 +159,29 @@ def test_diagnose_names_a_refused_release_and_its_key(keys):
     assert found == [] and state.startswith("release: signed by key site-2026 (release "), state
     state, found = findings(resolve())
     assert found == [] and state == "release: unsigned (the manifest pin is the anchor)"
+
+
+def test_a_release_gives_the_pins_the_inventory_leaves_unset(keys):
+    """rollout.yml and rollback.yml take a release in place of the separate pins: with no weights
+    revision, manifest pin or image digest in the inventory (the role's defaults), they are the
+    signed release's, not the matrix's; a pin the inventory sets still wins and must be the signed
+    one; a release that does not verify gives nothing."""
+    unpinned = dict(weights_revision="", weights_manifest_sha256="", image={})
+    repository = resolve()["image"]["repository"]
+    other_revision, other_digest = "b" * 40, "sha256:" + "fedcba9876543210" * 4
+    bundle = signed_release(keys, revision=other_revision, images=["%s@%s" % (repository, other_digest)])
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys), **unpinned)
+    assert spec["blockers"] == []
+    assert spec["weights"]["revision"] == other_revision and spec["weights"]["manifest_sha256"] == PIN
+    assert spec["weights"]["dir"].endswith("/" + other_revision)  # the layout (sync, mount) follows
+    assert spec["image"]["ref"] == "%s@%s" % (repository, other_digest)
+    assert spec["release"]["key"] == "site-2026"
+    # the inventory's pin wins, and is refused where it is not the signed one
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys), **dict(unpinned, weights_revision="a" * 40))
+    assert any("in: revision" in b for b in spec["blockers"]), spec["blockers"]
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys), **dict(unpinned, image={"digest": DIGEST}))
+    assert any("in: images" in b for b in spec["blockers"]), spec["blockers"]
+    # a revoked key's release gives no pins (and is refused)
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys), release_revoked=["site-2026"], **unpinned)
+    assert spec["weights"]["revision"] != other_revision and spec["image"]["digest"] != other_digest
+    assert any("release_revoked revokes" in b for b in spec["blockers"]), spec["blockers"]
