@@ -7,7 +7,10 @@ controller (reports/verify/<node>.json) happened while this release served.
 """
 from __future__ import annotations
 
+import datetime
 import json
+
+from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
 
 
 def _short(value, n=12):
@@ -138,10 +141,38 @@ def rollout_problems(nodes, serial, upstreams=0):
     return problems
 
 
+def release_signature_problem(entry, release_keys=None, revoked=None, today=None):
+    """Why a node may not go back to the kept release `entry` (a releases.json entry) while release
+    keys are listed, or '' when it may: it was deployed unsigned, its key is no longer listed, or
+    its key or the release is revoked or outside its validity on `today` (YYYY-MM-DD; the same
+    check as a bundle's, rs.standing). The history records the key id and the release digest
+    (entry.release.signed) when the release is deployed; without keys nothing is checked."""
+    if not release_keys:
+        return ""
+    entry = entry if isinstance(entry, dict) else {}
+    rid = entry.get("id", "?")
+    signed = (entry.get("release") or {}).get("signed") if isinstance(entry.get("release"), dict) else None
+    if not isinstance(signed, dict) or not signed.get("key_id"):
+        return ("release %s was deployed without a signed release, and serving_release_keys lists release keys: "
+                "roll out a signed release with playbooks/rollout.yml instead" % rid)
+    try:
+        day = datetime.date.fromisoformat(str(today)) if today else None
+        key = next((k for k in rs.trusted_keys(release_keys) if k["id"] == signed["key_id"]), None)
+        if key is None:
+            return ("release %s is signed by key '%s' (%s), which is no longer in serving_release_keys: roll out "
+                    "a release signed by a listed key with playbooks/rollout.yml instead"
+                    % (rid, signed.get("key"), str(signed["key_id"])[:16]))
+        rs.standing(key, signed.get("digest"), revoked if isinstance(revoked, list) else [], day)
+    except (rs.ReleaseError, ValueError) as error:
+        return "release %s: %s" % (rid, str(error).rstrip("."))
+    return ""
+
+
 class FilterModule(object):
-    """release_entries, release_status, release_kept_mismatch, release_rollback_target, rollout_problems."""
+    """release_entries, release_status, release_kept_mismatch, release_rollback_target,
+    release_signature_problem, rollout_problems."""
 
     def filters(self):
         return {"release_entries": release_entries, "release_status": release_status,
                 "release_kept_mismatch": release_kept_mismatch, "release_rollback_target": release_rollback_target,
-                "rollout_problems": rollout_problems}
+                "release_signature_problem": release_signature_problem, "rollout_problems": rollout_problems}

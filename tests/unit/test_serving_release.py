@@ -185,3 +185,25 @@ def test_a_release_gives_the_pins_the_inventory_leaves_unset(keys):
     spec = resolve(release_bundle=bundle, release_keys=listed(keys), release_revoked=["site-2026"], **unpinned)
     assert spec["weights"]["revision"] != other_revision and spec["image"]["digest"] != other_digest
     assert any("release_revoked revokes" in b for b in spec["blockers"]), spec["blockers"]
+
+
+def test_rollback_refuses_a_kept_release_whose_key_no_longer_stands(keys):
+    """rollback.yml with release keys listed: the kept release's history entry records what
+    serving_resolve verified when it was deployed (release.signed = spec['release']); the key
+    must still be listed, not revoked and valid, and the release not revoked (rs.standing, the
+    check every bundle gets). An unsigned kept release is refused; without keys nothing is."""
+    release_filters = load_source("mm3_release_filters", os.path.join(ROOT, "filter_plugins", "release.py"))
+    problem = release_filters.release_signature_problem
+    spec = resolve(release_bundle=signed_release(keys), release_keys=listed(keys))
+    entry = {"id": "0123456789abcdef", "release": {"revision": "a" * 40, "signed": spec["release"]}}
+    today = "2026-12-05"
+    assert problem(entry, listed(keys), [], today) == ""
+    assert problem(entry, [], ["site-2026"], today) == ""  # no keys: the manifest pin is the anchor
+    assert "which release_revoked revokes" in problem(entry, listed(keys), ["site-2026"], today)
+    assert "is revoked (release_revoked)" in problem(entry, listed(keys), [spec["release"]["digest"]], today)
+    assert "expired on 2026-11-30" in problem(entry, listed(keys, not_after="2026-11-30"), [], today)
+    stranger = [{"name": "other", "public_key": keys["stranger"][1]}]
+    assert "no longer in serving_release_keys" in problem(entry, stranger, [], today)
+    unsigned = {"id": "fedcba9876543210", "release": {"revision": "a" * 40, "signed": None}}
+    assert "deployed without a signed release" in problem(unsigned, listed(keys), [], today)
+    assert problem(unsigned, [], [], today) == ""

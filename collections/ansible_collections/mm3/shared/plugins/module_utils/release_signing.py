@@ -292,14 +292,31 @@ def _signed_by(public_key, signature, payload):
     return True
 
 
+def standing(key, digest, revoked=(), today=None):
+    """Whether a release signed by `key` (a trusted_keys entry), whose payload hashes to `digest`,
+    may still be deployed on `today`: ReleaseError naming a revoked key or release, or a key outside
+    its validity. verify() asks it of every bundle; the rollback check asks it of a kept release,
+    whose key and digest the release history recorded when it was deployed."""
+    revoked = {str(item).strip().lower() for item in revoked or []}
+    today = today or datetime.date.today()
+    if key["id"] in revoked or key["name"] in revoked:
+        raise ReleaseError("the release is signed by key '%s' (%s), which release_revoked revokes: sign the "
+                           "release with a current key." % (key["name"], key["id"][:16]))
+    if digest in revoked:
+        raise ReleaseError("release %s is revoked (release_revoked): deploy another release." % str(digest)[:16])
+    if key["not_before"] and today < key["not_before"]:
+        raise ReleaseError("release key '%s' is valid from %s only (today %s)." % (key["name"], key["not_before"], today))
+    if key["not_after"] and today > key["not_after"]:
+        raise ReleaseError("release key '%s' expired on %s (today %s): sign the release with its successor "
+                           "and list the successor in release_keys." % (key["name"], key["not_after"], today))
+
+
 def verify(bundle_text, keys, revoked=(), today=None):
     """Verify a bundle against trusted_keys(...) less `revoked` (key ids, key names, release
     digests) on `today`: {statement, entries, release, key, key_id, release_digest}, or ReleaseError
     naming what failed and the fix. Nothing here touches the weights: compare `entries` with the
     verified manifest (manifest_differences)."""
     payload, signature, hint = envelope(bundle_text)
-    revoked = {str(item).strip().lower() for item in revoked or []}
-    today = today or datetime.date.today()
     if not keys:
         raise ReleaseError("no release key is configured: list the public keys that may sign releases in "
                            "release_keys.")
@@ -313,16 +330,7 @@ def verify(bundle_text, keys, revoked=(), today=None):
                            "signing or signed by another key; sign it again." % (
                                "key '%s'" % candidates[0]["name"] if hint else "any key in release_keys"))
     digest = release_digest(payload)
-    if key["id"] in revoked or key["name"] in revoked:
-        raise ReleaseError("the release is signed by key '%s' (%s), which release_revoked revokes: sign the "
-                           "release with a current key." % (key["name"], key["id"][:16]))
-    if digest in revoked:
-        raise ReleaseError("release %s is revoked (release_revoked): deploy another release." % digest[:16])
-    if key["not_before"] and today < key["not_before"]:
-        raise ReleaseError("release key '%s' is valid from %s only (today %s)." % (key["name"], key["not_before"], today))
-    if key["not_after"] and today > key["not_after"]:
-        raise ReleaseError("release key '%s' expired on %s (today %s): sign the release with its successor "
-                           "and list the successor in release_keys." % (key["name"], key["not_after"], today))
+    standing(key, digest, revoked, today)
     try:
         statement_ = json.loads(payload)
     except ValueError:
