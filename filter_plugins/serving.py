@@ -633,9 +633,9 @@ def serving_resolve(inputs, tables):
     profiles = sorted(matrix)
     profile = str(get("profile") or "").strip()
     # A signed release gives the pins the inventory leaves unset (the weights revision, the image
-    # digest; the manifest pin below), before the matrix's defaults: rollout.yml and rollback.yml
-    # then take a release in place of the separate pins. A pin the inventory sets wins and must
-    # equal the signed one; release_check compares the whole release at the end.
+    # digest; the manifest pin below), before the matrix's defaults: rollout.yml then takes a
+    # release in place of the separate pins. A pin the inventory sets wins and must equal the
+    # signed one; release_check compares the whole release at the end.
     signed = release_pins(get("release_bundle"), get("release_keys"), get("release_revoked"), get("release_today"))
     if not str(weights_revision or "").strip() and signed.get("revision"):
         weights_revision = signed["revision"]
