@@ -7,7 +7,6 @@ controller (reports/verify/<node>.json) happened while this release served.
 """
 from __future__ import annotations
 
-import datetime
 import json
 
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
@@ -156,13 +155,12 @@ def release_signature_problem(entry, release_keys=None, revoked=None, today=None
         return ("release %s was deployed without a signed release, and serving_release_keys lists release keys: "
                 "roll out a signed release with playbooks/rollout.yml instead" % rid)
     try:
-        day = datetime.date.fromisoformat(str(today)) if today else None
         key = next((k for k in rs.trusted_keys(release_keys) if k["id"] == signed["key_id"]), None)
         if key is None:
             return ("release %s is signed by key '%s' (%s), which is no longer in serving_release_keys: roll out "
                     "a release signed by a listed key with playbooks/rollout.yml instead"
                     % (rid, signed.get("key"), str(signed["key_id"])[:16]))
-        rs.standing(key, signed.get("digest"), revoked if isinstance(revoked, list) else [], day)
+        rs.standing(key, signed.get("digest"), revoked if isinstance(revoked, list) else [], today)
     except (rs.ReleaseError, ValueError) as error:
         return "release %s: %s" % (rid, str(error).rstrip("."))
     return ""

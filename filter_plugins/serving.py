@@ -11,7 +11,6 @@ dictionaries merge key by key, lists and scalars are replaced.
 """
 from __future__ import annotations
 
-import datetime
 import json
 import posixpath
 import re
@@ -635,8 +634,10 @@ def serving_resolve(inputs, tables):
     # A signed release gives the pins the inventory leaves unset (the weights revision, the image
     # digest; the manifest pin below), before the matrix's defaults: rollout.yml then takes a
     # release in place of the separate pins. A pin the inventory sets wins and must equal the
-    # signed one; release_check compares the whole release at the end.
-    signed = release_pins(get("release_bundle"), get("release_keys"), get("release_revoked"), get("release_today"))
+    # signed one; release_check binds the whole release at the end.
+    verified, release_problems = release_verify(get("release_bundle"), get("release_keys"), get("release_revoked"),
+                                                get("release_today"))
+    signed = release_pins(verified)
     if not str(weights_revision or "").strip() and signed.get("revision"):
         weights_revision = signed["revision"]
     if signed.get("image") and (image is None or isinstance(image, dict)) and not (image or {}).get("digest"):
@@ -903,8 +904,8 @@ def serving_resolve(inputs, tables):
     )
     # The signed release, where release keys are listed: it must be what this spec runs, and it
     # gives the manifest pin when the inventory sets none.
-    release, release_problems = release_check(spec, get("release_bundle"), get("release_keys"),
-                                              get("release_revoked"), get("release_today"))
+    release, differ = release_check(spec, verified) if verified else (None, [])
+    release_problems = release_problems + differ
     blockers.extend(release_problems)
     spec["release"] = release
     spec["release_refusal"] = list(release_problems)
@@ -936,38 +937,10 @@ def release_part(spec):
             "env": ["%s=%s" % pair for pair in ea.engine_env(spec)]}
 
 
-def release_pins(bundle, keys, revoked, today):
-    """The pins a signed release gives where the inventory sets none: {'revision': 40-hex,
-    'image': {repository, digest} or {digest, local_id}}, only from a bundle that verifies against
-    `keys` less `revoked` on `today`; {} otherwise (release_check names why)."""
-    if not keys or not bundle or not isinstance(revoked or [], list):
-        return {}
-    try:
-        day = datetime.date.fromisoformat(str(today)) if today else None
-        signed = rs.verify(bundle, rs.trusted_keys(keys), revoked=revoked or [], today=day)["release"]
-    except (rs.ReleaseError, ValueError):
-        return {}
-    if not isinstance(signed, dict):
-        return {}
-    pins = {}
-    if v.is_git_commit(str(signed.get("revision") or "")):
-        pins["revision"] = str(signed["revision"])
-    images = signed.get("images") if isinstance(signed.get("images"), list) else []
-    ref = str(images[0]) if len(images) == 1 else ""
-    repository, _, digest = ref.rpartition("@")
-    if repository and v.is_image_id(digest):
-        pins["image"] = {"repository": repository, "digest": digest}
-    elif v.is_image_id(ref):
-        pins["image"] = {"digest": ref, "local_id": True}
-    return pins
-
-
-def release_check(spec, bundle, keys, revoked, today):
-    """Check the signed release (`bundle`, the text of its .sig) against `keys` (release_keys) less
-    `revoked` on `today` (YYYY-MM-DD), and bind it to the resolved spec: (summary or None,
-    blockers). Without keys and bundle: (None, []) and the manifest pin alone is the anchor. With
-    keys, the manifest pin comes from the signed release when the inventory sets none, and every
-    part of RELEASE_PARTS must equal what this spec would run; a refusal names the parts."""
+def release_verify(bundle, keys, revoked, today):
+    """Verify the signed release (`bundle`, the text of its .sig) against `keys` (release_keys) less
+    `revoked` on `today` (YYYY-MM-DD), once per resolve: (rs.verify's result or None, blockers).
+    Without keys and bundle: (None, []) and the manifest pin alone is the anchor."""
     keys = keys or []
     revoked = revoked or []
     if not keys and not bundle:
@@ -982,14 +955,37 @@ def release_check(spec, bundle, keys, revoked, today):
         return None, ["serving_release_keys is set but no signed release is given: set serving_release_bundle to "
                       "the .sig that tools/release_sign.py wrote for this plan's release-part.json."]
     try:
-        day = datetime.date.fromisoformat(str(today)) if today else None
-        checked = rs.verify(bundle, rs.trusted_keys(keys), revoked=revoked, today=day)
+        checked = rs.verify(bundle, rs.trusted_keys(keys), revoked=revoked, today=today)
     except (rs.ReleaseError, ValueError) as error:
         return None, ["signed release refused: %s" % error]
-    signed = checked["release"]
-    if not isinstance(signed, dict):
+    if not isinstance(checked["release"], dict):
         return None, ["the signed release holds the weights only (no mm3_release part: signed by model_signing "
                       "itself?): sign the plan's release-part.json with tools/release_sign.py statement --release."]
+    return checked, []
+
+
+def release_pins(checked):
+    """The pins a verified release (release_verify's result, or None) gives where the inventory sets
+    none: {'revision': 40-hex, 'image': {repository, digest} or {digest, local_id}}."""
+    signed = (checked or {}).get("release") or {}
+    pins = {}
+    if v.is_git_commit(str(signed.get("revision") or "")):
+        pins["revision"] = str(signed["revision"])
+    images = signed.get("images") if isinstance(signed.get("images"), list) else []
+    ref = str(images[0]) if len(images) == 1 else ""
+    repository, _, digest = ref.rpartition("@")
+    if repository and v.is_image_id(digest):
+        pins["image"] = {"repository": repository, "digest": digest}
+    elif v.is_image_id(ref):
+        pins["image"] = {"digest": ref, "local_id": True}
+    return pins
+
+
+def release_check(spec, checked):
+    """Bind a verified release (release_verify's result) to the resolved spec: (summary, blockers).
+    The manifest pin comes from the signed release when the inventory sets none, and every part of
+    RELEASE_PARTS must equal what this spec would run; a refusal names the parts."""
+    signed = checked["release"]
     planned = release_part(spec)
     if planned["manifest_sha256"] is None and v.is_sha256(signed.get("manifest_sha256") or ""):
         planned["manifest_sha256"] = signed["manifest_sha256"]  # the pin comes from the signed release

@@ -294,11 +294,12 @@ def _signed_by(public_key, signature, payload):
 
 def standing(key, digest, revoked=(), today=None):
     """Whether a release signed by `key` (a trusted_keys entry), whose payload hashes to `digest`,
-    may still be deployed on `today`: ReleaseError naming a revoked key or release, or a key outside
-    its validity. verify() asks it of every bundle; the rollback check asks it of a kept release,
-    whose key and digest the release history recorded when it was deployed."""
+    may still be deployed on `today` (a date or YYYY-MM-DD; empty: the local date): ReleaseError
+    naming a revoked key or release, or a key outside its validity. verify() asks it of every
+    bundle; the rollback check asks it of a kept release, whose key and digest the release history
+    recorded when it was deployed."""
     revoked = {str(item).strip().lower() for item in revoked or []}
-    today = today or datetime.date.today()
+    today = (datetime.date.fromisoformat(today) if isinstance(today, str) and today else today) or datetime.date.today()
     if key["id"] in revoked or key["name"] in revoked:
         raise ReleaseError("the release is signed by key '%s' (%s), which release_revoked revokes: sign the "
                            "release with a current key." % (key["name"], key["id"][:16]))
