@@ -747,8 +747,10 @@ def k8s_yaml(obj):
 # The unit's ExecStartPre weights re-check (files/check_weights.py) runs on the node without
 # Ansible: it imports the shared code by the same name the modules do, from a copy of the
 # collection's layout beside it. These are the shared modules it needs (weights_common and what
-# weights_common imports); tests/unit/test_weights_modules.py runs the installed form.
-HELPER_SHARED_MODULES = ("weights_common", "validation")
+# weights_common imports), and release_signing for the signed release's start check
+# (files/check_release.py; it needs python3-cryptography, which the role installs only for a
+# signed release); tests/unit/test_weights_modules.py runs the installed form.
+HELPER_SHARED_MODULES = ("weights_common", "validation", "release_signing")
 SHARED_PACKAGE = "ansible_collections.mm3.shared.plugins.module_utils"
 
 

@@ -676,7 +676,8 @@ def serving_resolve(inputs, tables):
         "entrypoint": [], "command": [], "command_sources": [], "served_model_name": None, "msa_warmup": False, "jit_cache": {},
         "auth": bool(api_key_set), "gateway": gateway, "tuning": list(tuning), "container": {},
         "container_loosened": [], "container_notes": [], "imex": None, "max_output_tokens": None,
-        "output_cap": {}, "release": None, "release_refusal": [], "blockers": blockers,
+        "output_cap": {}, "release": None, "release_refusal": [], "release_bundle": None, "release_trust": None,
+        "blockers": blockers,
     }
 
     if profile not in matrix:
@@ -909,10 +910,18 @@ def serving_resolve(inputs, tables):
     blockers.extend(release_problems)
     spec["release"] = release
     spec["release_refusal"] = list(release_problems)
+    # What the node's own start check reads (role model_server): the verified bundle, and the
+    # keys and revocations it is checked against, whenever keys are listed and well-formed
+    # (playbooks/release-trust.yml writes them even while a revoked release is refused).
+    spec["release_bundle"] = (str(get("release_bundle")).rstrip("\n") + "\n") if release else None
+    spec["release_trust"] = release_trust(get("release_keys"), get("release_revoked"))
     if release and not spec["weights"].get("manifest_sha256"):
         spec["weights"]["manifest_sha256"] = release["manifest_sha256"]
     # The central check: nothing that reaches the unit or argv holds a control character.
-    blockers.extend(v.control_problems({k: item for k, item in spec.items() if k != "blockers"}, "serving"))
+    # (The bundle and the trust file are JSON files on the node, never in the unit or argv: the
+    # bundle verified, every key parsed.)
+    blockers.extend(v.control_problems({k: item for k, item in spec.items()
+                                        if k not in ("blockers", "release_bundle", "release_trust")}, "serving"))
     return spec
 
 
@@ -962,6 +971,17 @@ def release_verify(bundle, keys, revoked, today):
         return None, ["the signed release holds the weights only (no mm3_release part: signed by model_signing "
                       "itself?): sign the plan's release-part.json with tools/release_sign.py statement --release."]
     return checked, []
+
+
+def release_trust(keys, revoked):
+    """The trust file a node's start check reads (rs.trust_document) for release_keys less
+    release_revoked; None without keys or with keys release_verify already refuses."""
+    if not keys:
+        return None
+    try:
+        return rs.trust_document(keys, revoked or [])
+    except (rs.ReleaseError, ValueError):
+        return None
 
 
 def release_pins(checked):

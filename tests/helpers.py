@@ -220,3 +220,37 @@ def engine_arg_lists(engines):
         with open(os.path.join(ROOT, "roles", "serving", "files", "engine_args", facts["argparse"]["file"])) as handle:
             lists[engine] = json.load(handle)
     return lists
+
+
+def openssl_ec_keys(directory, names=("site", "stranger")):
+    """{name: (private PEM bytes, public PEM text)} of EC P-256 keys made by openssl, as a site's
+    security team makes release keys (docs/operations/releases.md)."""
+    import subprocess
+
+    out = {}
+    for name in names:
+        pem, pub = os.path.join(directory, name + ".pem"), os.path.join(directory, name + ".pub")
+        subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", pem], check=True)
+        subprocess.run(["openssl", "ec", "-in", pem, "-pubout", "-out", pub], check=True, capture_output=True)
+        with open(pem, "rb") as private, open(pub) as public:
+            out[name] = (private.read(), public.read())
+    return out
+
+
+def install_node_checks(libexec, scripts):
+    """Lay out the unit's start checks (`scripts`: paths of roles/model_server/files/check_*.py)
+    and the shared code they import under `libexec`, as role model_server installs them (filter
+    model_server_helper_files): the installed form the unit runs."""
+    import shutil
+
+    ms_filters = load_source("model_server_filters", os.path.join(ROOT, "filter_plugins", "model_server.py"))
+    os.makedirs(libexec, exist_ok=True)
+    for script in scripts:
+        shutil.copy(script, os.path.join(libexec, os.path.basename(script)))
+    for item in ms_filters.helper_files(str(libexec)):
+        os.makedirs(os.path.dirname(item["dest"]), exist_ok=True)
+        if "src" in item:
+            shutil.copy(item["src"], item["dest"])
+        else:
+            with open(item["dest"], "w") as handle:
+                handle.write(item["content"])

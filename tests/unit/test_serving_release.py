@@ -4,11 +4,10 @@ weights, manifest pin, profile, engine, image, argv, environment - naming the pa
 The release part is the one the plan writes (serving_release_part); the keys are openssl's."""
 import json
 import os
-import subprocess
 
 import pytest
 
-from helpers import ROOT, load_source, serving_args
+from helpers import ROOT, load_source, openssl_ec_keys, serving_args
 
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 
@@ -22,15 +21,7 @@ FILES = [("config.json", "1" * 64), ("model-00001-of-00001.safetensors", "2" * 6
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
-    d = tmp_path_factory.mktemp("keys")
-    out = {}
-    for name in ("site", "stranger"):
-        subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out",
-                        str(d / (name + ".pem"))], check=True)
-        subprocess.run(["openssl", "ec", "-in", str(d / (name + ".pem")), "-pubout", "-out", str(d / (name + ".pub"))],
-                       check=True, capture_output=True)
-        out[name] = ((d / (name + ".pem")).read_bytes(), (d / (name + ".pub")).read_text())
-    return out
+    return openssl_ec_keys(str(tmp_path_factory.mktemp("keys")))
 
 
 def resolve(**kw):

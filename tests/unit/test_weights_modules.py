@@ -483,19 +483,11 @@ def _checker(wdir, man, marker, pin, repo="org/tiny", revision="a" * 40, user=No
     imports, laid out by the filter the role installs them with (model_server_helper_files), with
     the argv of the unit's ExecStartPre rendered for a serving_spec naming these weights and the
     engine's user (serving_spec.container.user; None: the image's, root)."""
-    import pathlib
-    import shutil
     import subprocess
+
+    from helpers import install_node_checks
     libexec = wdir.parent / "libexec"
-    libexec.mkdir(exist_ok=True)
-    shutil.copy(CHECKER, libexec / "check_weights.py")
-    for item in ms_filters.helper_files(str(libexec)):
-        dest = pathlib.Path(item["dest"])
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if "src" in item:
-            shutil.copy(item["src"], dest)
-        else:
-            dest.write_text(item["content"])
+    install_node_checks(str(libexec), [CHECKER])
     spec = {"weights": {"dir": str(wdir), "manifest": str(man), "marker": str(marker), "manifest_sha256": pin,
                         "repo": repo, "revision": revision},
             "container": {"user": user}}

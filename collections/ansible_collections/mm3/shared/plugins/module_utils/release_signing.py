@@ -177,6 +177,38 @@ def trusted_keys(release_keys):
     return result
 
 
+def trust_document(release_keys, revoked=()):
+    """What a node trusts, as the file its unit's start check reads (role model_server writes it:
+    <config_dir>/release-trust.json): {keys: [{name, public_key (PEM), not_before, not_after}],
+    revoked: [...]}, from the inventory's release_keys (checked by trusted_keys, so a bad entry is
+    ReleaseError here, never on a node) and release_revoked (key ids, key names, release digests)."""
+    if not isinstance(revoked, (list, tuple)):
+        raise ReleaseError("release_revoked is a %s: give a list of key ids, key names or release digests."
+                           % type(revoked).__name__)
+    bad = [item for item in revoked if not isinstance(item, str) or not item.strip() or has_control(item)]
+    if bad:
+        raise ReleaseError("release_revoked holds %r: give key ids, key names or release digests as strings."
+                           % (bad[0],))
+    return {"keys": [{"name": k["name"], "public_key": _public_pem(k["key"]).decode(),
+                      "not_before": k["not_before"].isoformat() if k["not_before"] else None,
+                      "not_after": k["not_after"].isoformat() if k["not_after"] else None}
+                     for k in trusted_keys(release_keys)],
+            "revoked": sorted({item.strip().lower() for item in revoked})}
+
+
+def read_trust(text):
+    """(trusted_keys, revoked) of a trust_document's JSON text, or ReleaseError."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise ReleaseError("the trust file is not JSON: write it again with playbooks/release-trust.yml.")
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list) \
+            or not isinstance(document.get("revoked"), list):
+        raise ReleaseError("the trust file holds no keys and revoked lists: write it again with "
+                           "playbooks/release-trust.yml.")
+    return trusted_keys(document["keys"]), document["revoked"]
+
+
 # --- sign ----------------------------------------------------------------------------------------
 
 def sign(document, private_key_pem, password=None):

@@ -1,0 +1,175 @@
+"""The signed release is checked again on the node at every engine start (issue 33): the unit's
+ExecStartPre runs check_release.py, offline, against the trust file the role writes
+(release-trust.json) and the weights manifest on the node. These tests run the installed form
+(the script and the shared code laid out by model_server_helper_files), with the argv the unit
+template renders for a serving_spec that serving_resolve produced from a real signed bundle,
+and the trust file as model_server writes it (serving_spec.release_trust)."""
+import hashlib
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import jinja2
+import pytest
+
+from helpers import ROOT, install_node_checks, load_source, openssl_ec_keys, serving_args
+
+from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
+
+serving = load_source("mm3_serving_filters", os.path.join(ROOT, "filter_plugins", "serving.py"))
+ms_filters = load_source("model_server_filters", os.path.join(ROOT, "filter_plugins", "model_server.py"))
+CHECKER = os.path.join(ROOT, "roles", "model_server", "files", "check_release.py")
+UNIT_TEMPLATE = os.path.join(ROOT, "roles", "model_server", "templates", "model-server.service.j2")
+FILES = [("config.json", "1" * 64), ("model-00001-of-00001.safetensors", "2" * 64)]
+MANIFEST = "".join("%s  %s\n" % (digest, name) for name, digest in FILES).encode()
+PIN = hashlib.sha256(MANIFEST).hexdigest()
+BASE = dict(profile="h200", engine="vllm", image={"digest": "sha256:" + "0123456789abcdef" * 4},
+            weights_revision="a" * 40, weights_manifest_sha256=PIN, release_today="2026-12-05")
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    return openssl_ec_keys(str(tmp_path_factory.mktemp("keys")))
+
+
+def resolve(**kw):
+    return serving.serving_resolve(*serving_args(**dict(BASE, **kw)))
+
+
+def bundle_of(keys, key="site", files=FILES):
+    part = serving.release_part(resolve())
+    return json.dumps(rs.sign(rs.statement("MiniMax-M3", files, release=part), keys[key][0]))
+
+
+def listed(keys, **extra):
+    return [dict({"name": "site-2026", "public_key": keys["site"][1]}, **extra)]
+
+
+def unit_argv(spec, python, libexec, bundle_file, trust_file):
+    """The argv of the unit's release check as the role renders it: the template's ExecStartPre
+    line that runs check_release.py, from serving_spec, split the way systemd reads it."""
+    text = pathlib.Path(UNIT_TEMPLATE).read_text()
+    expression = re.search(r"^ExecStartPre=(\{\{(?:(?!\}\}).)*check_release\.py.*?\}\})$", text, re.S | re.M)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["model_server_systemd_join"] = ms_filters.systemd_join
+    line = env.from_string(expression.group(1)).render(
+        serving_spec=spec, model_server_python=python, model_server_libexec_dir=libexec,
+        __model_server_release_bundle_file=bundle_file, __model_server_release_trust_file=trust_file)
+    return ms_filters.command_tokens(line)
+
+
+def install(tmp_path):
+    libexec = tmp_path / "libexec"
+    install_node_checks(str(libexec), [CHECKER])
+    return libexec
+
+
+def node(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST):
+    """A node as model_server leaves it (bundle, trust file, manifest), then the unit's check run
+    on it: (returncode, stderr + stdout)."""
+    libexec = install(tmp_path)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "release.sigstore.json").write_text(bundle if bundle is not None else spec["release_bundle"])
+    trust = trust if trust is not None else spec["release_trust"]
+    (etc / "release-trust.json").write_text(trust if isinstance(trust, str) else json.dumps(trust))
+    man = tmp_path / "weights.manifest.sha256"
+    man.write_bytes(manifest)
+    spec = dict(spec, weights=dict(spec["weights"], manifest=str(man)))
+    argv = unit_argv(spec, sys.executable, str(libexec), str(etc / "release.sigstore.json"),
+                     str(etc / "release-trust.json"))
+    run = subprocess.run(argv, capture_output=True, text=True)
+    return run.returncode, run.stderr + run.stdout
+
+
+def test_the_signed_release_starts(tmp_path, keys):
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    assert spec["blockers"] == [] and spec["release_trust"]["revoked"] == []
+    rc, out = node(tmp_path, spec)
+    assert rc == 0, out
+    assert "signed release %s verified on this node" % spec["release"]["digest"][:16] in out
+
+
+def test_an_unsigned_release_renders_no_release_check():
+    spec = resolve()
+    assert spec["release"] is None and spec["release_bundle"] is None and spec["release_trust"] is None
+    unit = pathlib.Path(UNIT_TEMPLATE).read_text()
+    assert "{% if serving_spec.release %}" in unit.split("check_release.py")[0].rsplit("ExecStartPre=", 1)[0]
+
+
+def test_the_trust_file_is_the_inventorys_keys_less_its_revocations(keys):
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys, not_after="2027-06-30"),
+                   release_revoked=["  OLD-KEY "])
+    trust = spec["release_trust"]
+    assert trust["revoked"] == ["old-key"]
+    assert [(k["name"], k["not_before"], k["not_after"]) for k in trust["keys"]] == [("site-2026", None, "2027-06-30")]
+    assert rs.load_public_key(trust["keys"][0]["public_key"])
+    # a revoked key still yields the trust (release-trust.yml pushes it), not the release
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys), release_revoked=["site-2026"])
+    assert spec["release"] is None and spec["release_trust"]["revoked"] == ["site-2026"]
+    # keys the controller refuses yield none
+    assert resolve(release_keys=[{"name": "x", "public_key": "not a key"}])["release_trust"] is None
+
+
+@pytest.mark.parametrize("case,fragment", [
+    ("key revoked since (release-trust.yml)", "key 'site-2026'"),
+    ("release revoked since", "is revoked (release_revoked)"),
+    ("key expired on the node's clock", "expired on 2020-01-01"),
+    ("bundle signed by a key not listed", "which is not in release_keys"),
+    ("bundle of another release", "not the release"),
+    ("bundle edited after signing", "does not verify"),
+    ("manifest of another revision", "is not the signed one"),
+    ("trust file not JSON", "the trust file is not JSON"),
+])
+def test_the_node_refuses_to_start(tmp_path, keys, case, fragment):
+    bundle = bundle_of(keys)
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys))
+    trust, other_bundle, manifest = None, None, MANIFEST
+    if case.startswith("key revoked"):
+        trust = rs.trust_document(listed(keys), ["site-2026"])
+    elif case.startswith("release revoked"):
+        trust = rs.trust_document(listed(keys), [spec["release"]["digest"]])
+    elif case.startswith("key expired"):
+        trust = rs.trust_document(listed(keys, not_before="2019-01-01", not_after="2020-01-01"))
+    elif case.startswith("bundle signed by a key not listed"):
+        other_bundle = bundle_of(keys, key="stranger")
+    elif case.startswith("bundle of another release"):
+        other_bundle = bundle_of(keys, files=FILES[:1] + [("extra.json", "3" * 64)] + FILES[1:])
+    elif case.startswith("bundle edited"):
+        doc = json.loads(bundle)
+        payload = json.loads(rs.envelope(bundle)[0])
+        payload["predicate"]["mm3_release"]["argv"].append("--enforce-eager")
+        doc["dsseEnvelope"]["payload"] = __import__("base64").b64encode(rs.payload_bytes(payload)).decode()
+        other_bundle = json.dumps(doc)
+    elif case.startswith("manifest"):
+        manifest = MANIFEST + b"%s  extra.json\n" % (b"3" * 64)
+    elif case.startswith("trust file"):
+        trust = "{"
+    rc, out = node(tmp_path, spec, trust=trust, bundle=other_bundle, manifest=manifest)
+    assert rc == 1, out
+    assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
+
+
+def test_a_missing_trust_file_refuses(tmp_path, keys):
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    libexec = install(tmp_path)
+    (tmp_path / "bundle").write_text(spec["release_bundle"])
+    argv = unit_argv(spec, sys.executable, str(libexec), str(tmp_path / "bundle"), str(tmp_path / "no-trust"))
+    run = subprocess.run(argv, capture_output=True, text=True)
+    assert run.returncode == 1 and "cannot read the release trust" in run.stderr, run.stderr
+
+
+def test_the_manifest_signed_but_listing_other_files_refuses(keys):
+    """problems() compares the signed files with the manifest even when its hash is the signed
+    one (a statement whose resources and manifest_sha256 disagree is refused by name)."""
+    checker = load_source("check_release_mod", CHECKER)
+    part = serving.release_part(resolve())
+    other = FILES[:1] + [("model-00001-of-00001.safetensors", "9" * 64)]
+    bundle = json.dumps(rs.sign(rs.statement("MiniMax-M3", other, release=part), keys["site"][0]))
+    trust = json.dumps(rs.trust_document(listed(keys)))
+    digest = rs.release_digest(rs.envelope(bundle)[0])
+    problem = checker.problems(bundle, trust, digest, MANIFEST, today="2026-12-05")
+    assert "with another sha256 than the signed one: model-00001-of-00001.safetensors" in problem
