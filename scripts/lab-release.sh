@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The lab's signed release (issue 33), used by scripts/lab.sh:
 #
-#   scripts/lab-release.sh sign       after the first lab run: generate the lab's release key (a
-#                                     real site keeps it on a security workstation or an HSM), make
-#                                     the release document from the plan's release-part.json and the
-#                                     manifest node1 verified, sign it (tools/release_sign.py), check
-#                                     it, and write reports/lab/release/inventory.yml: node1's
-#                                     serving_release_keys and serving_release_bundle, an inventory
-#                                     source the second lab run adds (it must still report changed=0
-#                                     and plan "no change" against node1's signed release).
-#   scripts/lab-release.sh refusals   on the running, signed lab: serve.yml with a revoked key, a
-#                                     release signed by a key not listed, an engine flag, an image and
-#                                     a revision that are not the signed ones; each must be refused on
-#                                     node1 naming the part, with its unit and engine container unchanged.
+#   scripts/lab-release.sh sign       before the first site.yml, after the plan wrote node1's
+#                                     release-part.json: generate the lab's release key (a real site
+#                                     keeps it on a security workstation or an HSM), make the release
+#                                     document from that part and the tiny model's manifest (the one
+#                                     the inventory pins, lab/files/tiny-m3.manifest.sha256), sign it
+#                                     (tools/release_sign.py), check it, and write
+#                                     reports/lab/release/inventory.yml: node1's serving_release_keys
+#                                     and serving_release_bundle, an inventory source both lab runs
+#                                     add, so node1 only ever serves the signed release.
+#   scripts/lab-release.sh refusals   on the running, signed lab. On the controller: serve.yml with a
+#                                     revoked key, a release signed by a key not listed, an engine
+#                                     flag, an image and a revision that are not the signed ones; each
+#                                     must be refused naming the part. On node1, the unit's own start
+#                                     checks (its ExecStartPre lines, run as the unit runs them): the
+#                                     key revoked by playbooks/release-trust.yml, a bundle signed by
+#                                     the stranger's key put in place of the release, and a tampered
+#                                     weights file; each must be refused, and pass again once undone.
+#                                     Node1's unit and engine container must be unchanged throughout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -27,7 +33,13 @@ case "${1:-}" in
     part=reports/lab/plan/nodes/$node/release-part.json
     revision=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["revision"])' "$part")
     repo=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["repo"])' "$part")
-    docker exec "$node" cat "/data/models/$repo/$revision.manifest.sha256" > "$dir/manifest.sha256"
+    # The manifest the inventory pins (what staging's weights run writes for the tiny model): the
+    # release signs the files it lists; node1 verifies its copy against the same pin.
+    pin=$(ansible-inventory "${inv[@]}" --host "$node" \
+          | $py -c 'import json, sys; print(json.load(sys.stdin)["serving_weights_manifest_sha256"])')
+    cp lab/files/tiny-m3.manifest.sha256 "$dir/manifest.sha256"
+    [ "$(sha256sum < "$dir/manifest.sha256" | cut -d' ' -f1)" = "$pin" ] \
+      || { echo "lab-release: lab/files/tiny-m3.manifest.sha256 does not hash to the pinned $pin" >&2; exit 1; }
     # The lab's signing key and a stranger's (the unknown-key case), EC P-256, private keys 0600.
     $py - "$dir" <<'PY'
 import os, sys
@@ -110,6 +122,51 @@ sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'
     else
       echo "lab-release: diagnose.yml does not lead with release_refused naming the key (see $dir/diagnose-revoked.log, $report)" >&2; fail=1
     fi
+    # On node1: the unit's own start checks, run as the unit runs them (its ExecStartPre lines),
+    # while the engine keeps serving. Each tampering must be refused, and the check pass once undone.
+    # (the argv systemd parsed from the unit: systemctl show prints each as "argv[]=... ;")
+    pre=$(docker exec "$node" systemctl show minimax-m3.service -p ExecStartPre --value)
+    release_check=$(sed -n 's/.*argv\[\]=\([^;]*check_release\.py[^;]*\) ;.*/\1/p' <<<"$pre")
+    weights_check=$(sed -n 's/.*argv\[\]=\([^;]*check_weights\.py[^;]*\) ;.*/\1/p' <<<"$pre")
+    [ -n "$release_check" ] || { echo "lab-release: node1's unit has no release check (ExecStartPre check_release.py)" >&2; fail=1; }
+    # node_case NAME CHECK FRAGMENT: CHECK must be refused on node1 naming FRAGMENT.
+    node_case() {
+      local out
+      if out=$(docker exec "$node" sh -c "$2" 2>&1); then
+        echo "lab-release: node1 started with $1 (not refused): $out" >&2; fail=1
+      elif ! grep -qF -- "$3" <<<"$out"; then
+        echo "lab-release: node1 refused $1 without '$3': $out" >&2; fail=1
+      else
+        echo "lab-release: $1 refused on $node at start: ${out:0:220}"
+      fi
+    }
+    node_passes() {
+      docker exec "$node" sh -c "$2" >/dev/null 2>&1 \
+        || { echo "lab-release: node1's start check still refuses after undoing $1" >&2; fail=1; }
+    }
+    # The key revoked: playbooks/release-trust.yml pushes the revocation (no restart), the next
+    # start is refused; pushing the trust without it lets the release start again.
+    ansible-playbook "${inv[@]}" -i "$dir/inventory.yml" playbooks/release-trust.yml --limit "$node" \
+      -e '{"serving_release_revoked": ["lab-release"]}' > "$dir/trust-revoked.log" 2>&1 \
+      || { echo "lab-release: release-trust.yml failed (see $dir/trust-revoked.log)" >&2; fail=1; }
+    node_case "the key revoked by release-trust.yml" "$release_check" "signed by key 'lab-release'"
+    ansible-playbook "${inv[@]}" -i "$dir/inventory.yml" playbooks/release-trust.yml --limit "$node" \
+      > "$dir/trust-restored.log" 2>&1 \
+      || { echo "lab-release: release-trust.yml failed (see $dir/trust-restored.log)" >&2; fail=1; }
+    node_passes "the revocation" "$release_check"
+    # A release signed by the stranger's key in place of the lab's bundle.
+    bundle=/etc/minimax-m3/release.sigstore.json
+    docker exec "$node" cp -p "$bundle" "$bundle.lab-keep"
+    docker exec -i "$node" sh -c "cat > $bundle" < "$dir/stranger.sig"
+    node_case "a bundle signed by a key not listed" "$release_check" "which is not in release_keys"
+    docker exec "$node" mv "$bundle.lab-keep" "$bundle"
+    node_passes "the stranger's bundle" "$release_check"
+    # A weights file changed on the node (one byte appended).
+    wdir=$(sed -n 's/.* --dir \([^ ]*\) .*/\1/p' <<<"$weights_check")
+    docker exec "$node" sh -c "cp -p $wdir/README.md /tmp/lab-README.md && printf x >> $wdir/README.md"
+    node_case "a tampered weights file" "$weights_check" "README.md"
+    docker exec "$node" sh -c "cp -p /tmp/lab-README.md $wdir/README.md && rm /tmp/lab-README.md"
+    node_passes "the tampered file" "$weights_check"
     [ "$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)" = "$unit_before" ] \
       || { echo "lab-release: a refused release changed the unit on $node" >&2; fail=1; }
     [ "$(docker exec "$node" docker inspect --format '{{.Id}} {{.State.StartedAt}}' minimax-m3)" = "$engine_before" ] \
