@@ -31,18 +31,22 @@ find_python() {
 # JSON parser on this machine, as the gateway role installs them on a node; the Kubernetes
 # weights pre-fill test (tests/test_k8s_manifests.py) runs the Job's script against a real rsync
 # daemon on loopback; the apt signing key tests (tests/unit/test_apt_signing_key.py) make a test
-# key and sign a file: repository with the real gpg.
+# key and sign a file: repository with the real gpg; the HSM release test
+# (tests/unit/test_release_signing.py) signs in SoftHSM 2 (a real PKCS#11 module) with OpenSC's
+# pkcs11-tool.
 if ! command -v haproxy >/dev/null 2>&1 || ! ls /usr/lib/*/lua/5.*/cjson.so >/dev/null 2>&1 \
-   || ! command -v rsync >/dev/null 2>&1 || ! command -v gpg >/dev/null 2>&1; then
+   || ! command -v rsync >/dev/null 2>&1 || ! command -v gpg >/dev/null 2>&1 \
+   || ! command -v pkcs11-tool >/dev/null 2>&1 || ! [ -e /usr/lib/softhsm/libsofthsm2.so ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "bootstrap: installing haproxy, lua-cjson, rsync and gpg (apt) for the gateway, pre-fill and key tests"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy lua-cjson rsync gpg >/dev/null
+    echo "bootstrap: installing haproxy, lua-cjson, rsync, gpg, softhsm2 and opensc (apt) for the gateway, pre-fill and key tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy lua-cjson rsync gpg \
+      softhsm2 opensc >/dev/null
     # rsync's packaged daemon stays off too (the test starts its own on loopback).
     systemctl disable --now rsync >/dev/null 2>&1 || true
     # Only the binary is needed here; the packaged service stays off on the controller.
     systemctl disable --now haproxy >/dev/null 2>&1 || true
   else
-    echo "bootstrap: the gateway, pre-fill and key tests need haproxy, lua-cjson, rsync and gpg: apt-get install haproxy lua-cjson rsync gpg" >&2
+    echo "bootstrap: the gateway, pre-fill and key tests need haproxy, lua-cjson, rsync, gpg, softhsm2 and opensc: apt-get install haproxy lua-cjson rsync gpg softhsm2 opensc" >&2
     exit 1
   fi
 fi

@@ -6,6 +6,12 @@
              digests, profile, engine argv, ...) from a JSON file
   sign       sign a reviewed statement with an EC key (P-256/384/521 PEM; the password, if any,
              read from a file, never argv): writes the sigstore bundle
+  signing-input  (a key in an HSM) the bytes to sign, for the HSM's own tool: ECDSA with the
+             curve's hash (pkcs11-tool --sign --mechanism ECDSA-SHA256), or, with --hash, their
+             digest for an HSM that signs a digest (CKM_ECDSA: pkcs11-tool --mechanism ECDSA;
+             SoftHSM 2 offers only that)
+  assemble   (a key in an HSM) the bundle from that signature (DER or PKCS#11's raw r||s) and the
+             key's public half; refused unless the signature verifies
   verify     check a bundle against release keys (a YAML/JSON list of {name, public_key,
              not_before, not_after}), revocations, and the weights manifest: prints the key, the
              release digest and the release part; exit 1 naming what failed
@@ -17,6 +23,8 @@ here reaches a network.
 usage:
   tools/release_sign.py statement --manifest M.sha256 --name NAME [--release part.json] > release.json
   tools/release_sign.py sign --statement release.json --key site.pem [--password-file F] > release.sig
+  tools/release_sign.py signing-input --statement release.json [--hash sha256] > release.pae
+  tools/release_sign.py assemble --statement release.json --signature release.der --public-key site.pub > release.sig
   tools/release_sign.py verify --bundle release.sig --keys release_keys.yml --manifest M.sha256 \\
       [--revoked ID ...]
 """
@@ -62,6 +70,20 @@ def cmd_sign(args):
     sys.stdout.write(json.dumps(rs.sign(document, _read(args.key, "rb"), password), indent=1) + "\n")
 
 
+def cmd_signing_input(args):
+    document = json.loads(_read(args.statement))
+    rs.check_statement(document)  # never sign what verification would refuse
+    data = rs.signing_input(document)
+    sys.stdout.buffer.write(hashlib.new(args.hash, data).digest() if args.hash else data)
+
+
+def cmd_assemble(args):
+    document = json.loads(_read(args.statement))
+    rs.check_statement(document)
+    bundle = rs.assemble(document, _read(args.signature, "rb"), _read(args.public_key, "rb"))
+    sys.stdout.write(json.dumps(bundle, indent=1) + "\n")
+
+
 def cmd_verify(args):
     keys = rs.trusted_keys(yaml.safe_load(_read(args.keys)))
     result = rs.verify(_read(args.bundle), keys, revoked=args.revoked)
@@ -85,6 +107,16 @@ def main(argv=None):
     p.add_argument("--key", required=True)
     p.add_argument("--password-file")
     p.set_defaults(run=cmd_sign)
+    p = sub.add_parser("signing-input")
+    p.add_argument("--statement", required=True)
+    p.add_argument("--hash", choices=("sha256", "sha384", "sha512"),
+                   help="write the digest an HSM signing CKM_ECDSA signs (the curve's: sha256 for P-256)")
+    p.set_defaults(run=cmd_signing_input)
+    p = sub.add_parser("assemble")
+    p.add_argument("--statement", required=True)
+    p.add_argument("--signature", required=True)
+    p.add_argument("--public-key", required=True)
+    p.set_defaults(run=cmd_assemble)
     p = sub.add_parser("verify")
     p.add_argument("--bundle", required=True)
     p.add_argument("--keys", required=True)

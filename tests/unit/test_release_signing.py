@@ -317,3 +317,68 @@ def test_the_operator_tool_makes_signs_and_checks_a_release(upstream, keys, mode
     rc, _, err = run("sign", "--statement", str(tmp_path / "release.json"), "--key", str(locked),
                      "--password-file", str(password))
     assert rc == 1 and "its password is wrong" in err, err
+
+
+# --- a key in an HSM (PKCS#11) ---------------------------------------------------------------------
+
+SOFTHSM = "/usr/lib/softhsm/libsofthsm2.so"
+
+
+def test_a_release_signed_in_an_hsm_verifies_here_and_upstream(upstream, model, tmp_path):
+    """The key never leaves the token: SoftHSM 2 (Debian's softhsm2, a real PKCS#11 module standing
+    in for a site's HSM) makes an EC P-256 key pair, OpenSC's pkcs11-tool signs the bytes
+    `release_sign.py signing-input --hash sha256` wrote (CKM_ECDSA, raw r||s as PKCS#11 returns it), and
+    `release_sign.py assemble` makes the bundle: it verifies here and with upstream model_signing.
+    A signature over another statement, or checked against another key, is refused."""
+    d, entries = model
+    tool = [sys.executable, os.path.join(ROOT, "tools", "release_sign.py")]
+    (tmp_path / "tokens").mkdir()
+    conf = tmp_path / "softhsm2.conf"
+    conf.write_text("directories.tokendir = %s\nobjectstore.backend = file\nlog.level = ERROR\n" % (tmp_path / "tokens"))
+    env = dict(os.environ, SOFTHSM2_CONF=str(conf))
+    pkcs11 = ["pkcs11-tool", "--module", SOFTHSM, "--token-label", "mm3-release", "--login", "--pin", "1234"]
+
+    def run(argv, **kw):
+        done = subprocess.run(argv, capture_output=True, env=env, **kw)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+        return done.stdout
+
+    run(["softhsm2-util", "--init-token", "--free", "--label", "mm3-release", "--so-pin", "5678", "--pin", "1234"])
+    run(pkcs11 + ["--keypairgen", "--key-type", "EC:prime256v1", "--label", "site-hsm", "--id", "01"])
+    run(pkcs11 + ["--read-object", "--type", "pubkey", "--id", "01", "--output-file", str(tmp_path / "pub.der")])
+    openssl("pkey", "-pubin", "-inform", "DER", "-in", str(tmp_path / "pub.der"), "-out", str(tmp_path / "hsm.pub"))
+    manifest = tmp_path / "weights.manifest.sha256"
+    manifest.write_text("".join("%s  %s\n" % (h, p) for p, h in entries))
+    statement_text = run(tool + ["statement", "--manifest", str(manifest), "--name", d.name], text=True)
+    (tmp_path / "release.json").write_text(statement_text)
+    pae = run(tool + ["signing-input", "--statement", str(tmp_path / "release.json")])
+    assert pae == rs.pae(rs.PAYLOAD_TYPE, statement_text.encode())  # DSSE's encoding of what was reviewed
+    # SoftHSM 2 signs a digest (CKM_ECDSA), as many HSMs do: the tool writes the sha256 of the bytes.
+    digest = run(tool + ["signing-input", "--statement", str(tmp_path / "release.json"), "--hash", "sha256"])
+    assert digest == hashlib.sha256(pae).digest()
+    (tmp_path / "release.digest").write_bytes(digest)
+    run(pkcs11 + ["--sign", "--id", "01", "--mechanism", "ECDSA", "--input-file", str(tmp_path / "release.digest"),
+                  "--output-file", str(tmp_path / "release.raw")])
+    assert len((tmp_path / "release.raw").read_bytes()) == 64  # r||s, not DER: assemble converts it
+    bundle = run(tool + ["assemble", "--statement", str(tmp_path / "release.json"), "--signature",
+                         str(tmp_path / "release.raw"), "--public-key", str(tmp_path / "hsm.pub")], text=True)
+    (tmp_path / "release.sig").write_text(bundle)
+    keys = [{"name": "site-hsm", "public_key": (tmp_path / "hsm.pub").read_text()}]
+    result = rs.verify(bundle, rs.trusted_keys(keys), today=TODAY)
+    assert result["key"] == "site-hsm" and rs.manifest_differences(result["entries"], entries) == []
+    rc, out = run_cli(upstream, "verify", "key", str(d), "--signature", str(tmp_path / "release.sig"),
+                      "--public_key", str(tmp_path / "hsm.pub"))
+    assert rc == 0, out
+    # The HSM's signature over another statement, or the right one checked against another key.
+    other = json.loads(statement_text)
+    other["predicate"]["resources"][0]["digest"] = "0" * 64
+    other["subject"][0]["digest"]["sha256"] = rs.root_digest(other["predicate"]["resources"])
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    for statement, public in (("other.json", "hsm.pub"), ("release.json", "stranger.pub")):
+        if public == "stranger.pub":
+            openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(tmp_path / "stranger.pem"))
+            openssl("ec", "-in", str(tmp_path / "stranger.pem"), "-pubout", "-out", str(tmp_path / public))
+        done = subprocess.run(tool + ["assemble", "--statement", str(tmp_path / statement), "--signature",
+                                      str(tmp_path / "release.raw"), "--public-key", str(tmp_path / public)],
+                              capture_output=True, text=True)
+        assert done.returncode == 1 and "the signature does not verify with that public key" in done.stderr, done.stderr

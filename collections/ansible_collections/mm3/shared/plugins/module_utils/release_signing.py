@@ -33,6 +33,7 @@ import json
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from ansible_collections.mm3.shared.plugins.module_utils.validation import has_control, is_plain_name, is_sha256
 from ansible_collections.mm3.shared.plugins.module_utils.weights_common import ManifestError, check_relpath
@@ -211,15 +212,42 @@ def read_trust(text):
 
 # --- sign ----------------------------------------------------------------------------------------
 
+def _bundle(payload, signature, public_key):
+    return {"mediaType": BUNDLE_MEDIA_TYPE,
+            "verificationMaterial": {"publicKey": {"hint": key_id(public_key)}, "tlogEntries": []},
+            "dsseEnvelope": {"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
+                             "signatures": [{"sig": base64.b64encode(signature).decode(), "keyid": ""}]}}
+
+
 def sign(document, private_key_pem, password=None):
     """The sigstore bundle (a dict; json.dumps it) of `document` signed with the key."""
     key = load_private_key(private_key_pem, password)
     payload = payload_bytes(document)
     signature = key.sign(pae(PAYLOAD_TYPE, payload), ec.ECDSA(CURVE_HASH[key.curve.name]()))
-    return {"mediaType": BUNDLE_MEDIA_TYPE,
-            "verificationMaterial": {"publicKey": {"hint": key_id(key.public_key())}, "tlogEntries": []},
-            "dsseEnvelope": {"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
-                             "signatures": [{"sig": base64.b64encode(signature).decode(), "keyid": ""}]}}
+    return _bundle(payload, signature, key.public_key())
+
+
+def signing_input(document):
+    """The bytes a key that never leaves its HSM signs (ECDSA with the curve's hash, e.g.
+    pkcs11-tool --sign --mechanism ECDSA-SHA256): DSSE's encoding of the statement's payload."""
+    return pae(PAYLOAD_TYPE, payload_bytes(document))
+
+
+def assemble(document, signature, public_key_pem):
+    """The sigstore bundle of `document` from a signature made elsewhere (an HSM) over
+    signing_input(document): DER, or the raw r||s PKCS#11 returns (CKM_ECDSA). Refused
+    (ReleaseError) unless it verifies with `public_key_pem`, so no bundle leaves here unchecked."""
+    key = load_public_key(public_key_pem, "the signing key's public half")
+    size = (key.curve.key_size + 7) // 8
+    if len(signature) == 2 * size and signature[:1] != b"\x30":
+        signature = encode_dss_signature(int.from_bytes(signature[:size], "big"),
+                                         int.from_bytes(signature[size:], "big"))
+    payload = payload_bytes(document)
+    if not _signed_by(key, signature, payload):
+        raise ReleaseError("the signature does not verify with that public key over this statement: sign "
+                           "the bytes `release_sign.py signing-input` wrote for it, with the key's curve hash "
+                           "(ECDSA-SHA256 for P-256).")
+    return _bundle(payload, signature, key)
 
 
 # --- verify --------------------------------------------------------------------------------------
