@@ -76,7 +76,8 @@ NOT_RECORDED = {"msa_inactive": "the gate's own line; SGLang prints nothing itse
                 "weights_marker_missing": "check_weights.py's own message (test_project_messages)",
                 "weights_changed": "check_weights.py's own message (test_project_messages)",
                 "weights_unreadable": "check_weights.py's own message (test_unreadable_weights_refusal)",
-                "unit_start_limit": "systemd's message (test_project_messages)"}
+                "unit_start_limit": "systemd's message (test_project_messages)",
+                "release_refused_at_start": "check_release.py's own message (test_release_start_refusal)"}
 
 
 @pytest.mark.parametrize("rule_id", recorded())
@@ -135,6 +136,38 @@ def test_unreadable_weights_refusal(tmp_path, capsys):
     findings = diagnose.diagnose_findings({"engine": line}, RULES)
     assert [f["id"] for f in findings] == ["weights_unreadable"]
     assert "playbooks/weights.yml" in BY_ID["weights_unreadable"]["fix"]
+
+
+def test_release_start_refusal(tmp_path, capsys):
+    """The refusals check_release.py itself prints at a start (a real bundle and trust file: the
+    key revoked on the node, another release's bundle, another manifest) lead to
+    release_refused_at_start, whose fix names the playbook for each."""
+    import hashlib
+    import json
+
+    from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
+    from helpers import openssl_ec_keys
+    check = load_source("mm3_check_release", os.path.join(ROOT, "roles", "model_server", "files", "check_release.py"))
+    keys = openssl_ec_keys(str(tmp_path), names=("site",))
+    manifest = b"%s  config.json\n" % (b"1" * 64)
+    document = rs.statement("m", [("config.json", "1" * 64)],
+                            release={"manifest_sha256": hashlib.sha256(manifest).hexdigest()})
+    bundle = json.dumps(rs.sign(document, keys["site"][0]))
+    digest = rs.release_digest(rs.payload_bytes(document))
+    listed = [{"name": "site", "public_key": keys["site"][1]}]
+    (tmp_path / "m").write_bytes(manifest)
+    (tmp_path / "b").write_text(bundle)
+    for revoked, unit_digest, on_disk in ((["site"], digest, manifest), ([], "f" * 64, manifest),
+                                          ([], digest, manifest + b"%s  extra.json\n" % (b"2" * 64))):
+        (tmp_path / "t").write_text(json.dumps(rs.trust_document(listed, revoked)))
+        (tmp_path / "m").write_bytes(on_disk)
+        rc = check.main(["--bundle", str(tmp_path / "b"), "--trust", str(tmp_path / "t"), "--digest", unit_digest,
+                         "--manifest", str(tmp_path / "m")])
+        lines = capsys.readouterr().err.splitlines()
+        assert rc == 1 and len(lines) == 1, lines
+        findings = diagnose.diagnose_findings({"engine": lines[0]}, RULES)
+        assert [f["id"] for f in findings] == ["release_refused_at_start"], (lines, findings)
+    assert "playbooks/release-trust.yml" in BY_ID["release_refused_at_start"]["fix"]
 
 
 def facts(**over):
