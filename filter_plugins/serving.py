@@ -964,7 +964,7 @@ def release_verify(bundle, keys, revoked, today):
         return None, ["serving_release_keys is set but no signed release is given: set serving_release_bundle to "
                       "the .sig that tools/release_sign.py wrote for this plan's release-part.json."]
     try:
-        checked = rs.verify(bundle, rs.trusted_keys(keys), revoked=revoked, today=today)
+        checked = rs.verify(bundle, rs.trusted_keys(keys), revoked=rs.revocations(revoked), today=today)
     except (rs.ReleaseError, ValueError) as error:
         return None, ["signed release refused: %s" % error]
     if not isinstance(checked["release"], dict):
@@ -975,7 +975,8 @@ def release_verify(bundle, keys, revoked, today):
 
 def release_trust(keys, revoked):
     """The trust file a node's start check reads (rs.trust_document) for release_keys less
-    release_revoked; None without keys or with keys release_verify already refuses."""
+    release_revoked; None without keys or with keys or revocations release_verify already refuses
+    (the same trusted_keys and revocations checks: a verified release always has one)."""
     if not keys:
         return None
     try:

@@ -110,6 +110,11 @@ def test_the_trust_file_is_the_inventorys_keys_less_its_revocations(keys):
     # a revoked key still yields the trust (release-trust.yml pushes it), not the release
     spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys), release_revoked=["site-2026"])
     assert spec["release"] is None and spec["release_trust"]["revoked"] == ["site-2026"]
+    # a revocation entry that is not a string is refused by the controller's verification too, so
+    # no release deploys without a trust file for the node's start check
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys), release_revoked=[42])
+    assert spec["release"] is None and spec["release_trust"] is None
+    assert any("release_revoked holds 42" in b for b in spec["blockers"]), spec["blockers"]
     # keys the controller refuses yield none
     assert resolve(release_keys=[{"name": "x", "public_key": "not a key"}])["release_trust"] is None
 

@@ -178,11 +178,11 @@ def trusted_keys(release_keys):
     return result
 
 
-def trust_document(release_keys, revoked=()):
-    """What a node trusts, as the file its unit's start check reads (role model_server writes it:
-    <config_dir>/release-trust.json): {keys: [{name, public_key (PEM), not_before, not_after}],
-    revoked: [...]}, from the inventory's release_keys (checked by trusted_keys, so a bad entry is
-    ReleaseError here, never on a node) and release_revoked (key ids, key names, release digests)."""
+def revocations(revoked):
+    """release_revoked as the checks read it (key ids, key names, release digests; stripped,
+    lowercase, sorted), or ReleaseError naming a non-list or an entry that is not such a string.
+    The controller's verification and the node's trust file both read it through here, so a
+    release the controller accepts always has a trust file for the node."""
     if not isinstance(revoked, (list, tuple)):
         raise ReleaseError("release_revoked is a %s: give a list of key ids, key names or release digests."
                            % type(revoked).__name__)
@@ -190,11 +190,19 @@ def trust_document(release_keys, revoked=()):
     if bad:
         raise ReleaseError("release_revoked holds %r: give key ids, key names or release digests as strings."
                            % (bad[0],))
+    return sorted({item.strip().lower() for item in revoked})
+
+
+def trust_document(release_keys, revoked=()):
+    """What a node trusts, as the file its unit's start check reads (role model_server writes it:
+    <config_dir>/release-trust.json): {keys: [{name, public_key (PEM), not_before, not_after}],
+    revoked: [...]}, from the inventory's release_keys (checked by trusted_keys, so a bad entry is
+    ReleaseError here, never on a node) and release_revoked (revocations)."""
     return {"keys": [{"name": k["name"], "public_key": _public_pem(k["key"]).decode(),
                       "not_before": k["not_before"].isoformat() if k["not_before"] else None,
                       "not_after": k["not_after"].isoformat() if k["not_after"] else None}
                      for k in trusted_keys(release_keys)],
-            "revoked": sorted({item.strip().lower() for item in revoked})}
+            "revoked": revocations(revoked)}
 
 
 def read_trust(text):
@@ -207,7 +215,7 @@ def read_trust(text):
             or not isinstance(document.get("revoked"), list):
         raise ReleaseError("the trust file holds no keys and revoked lists: write it again with "
                            "playbooks/release-trust.yml.")
-    return trusted_keys(document["keys"]), document["revoked"]
+    return trusted_keys(document["keys"]), revocations(document["revoked"])
 
 
 # --- sign ----------------------------------------------------------------------------------------
