@@ -33,6 +33,12 @@ CLIENT_DEFAULTS = {"requests_per_minute": 600, "concurrent": 16, "max_body_bytes
                    "max_tokens": 8192}
 CLIENT_LIMITS = {"requests_per_minute": (1, 1000000), "concurrent": (1, 100000),
                  "max_body_bytes": (1024, 64 * 1024 * 1024), "max_tokens": v.OUTPUT_TOKENS_RANGE}
+# The limits a client's whole traffic shares: each gateway instance counts only what reaches it
+# (HAProxy's stick tables are per process; peers replicate entries, they do not add them up), so
+# where a client's requests spread over N instances each enforces 1/N (rounded down). A body or
+# max_tokens limit is per request and is not divided.
+SHARED_LIMITS = ("requests_per_minute", "concurrent")
+LIMIT_SHARE_RANGE = (1, 1000)
 # The only paths clients reach (method, exact path or prefix); everything else is 404.
 CLIENT_PATHS = [
     {"path": "/v1/chat/completions", "methods": ["POST"], "body": True},
@@ -204,13 +210,23 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
                     metrics_networks=None, media_allowlist=None, upstreams=None,
                     tls_cert_pem=None, tls_key_pem=None, upstream_timeout_s=3600,
                     engine_bind_address=None, engine="vllm", max_connections=2048,
-                    max_connections_per_source=512, log_queue=1024, now=None, engine_max_output_tokens=None):
+                    max_connections_per_source=512, log_queue=1024, now=None, engine_max_output_tokens=None,
+                    limit_share=1, log_rate_limit_burst=1000000):
     """Resolve the gateway choices into gateway_spec. Never raises; see the module docstring.
     engine_max_output_tokens: the engine's own cap (serving_spec.max_output_tokens; None on a fleet
-    gateway): a client allowed more would get answers the engine cuts short without saying why."""
+    gateway): a client allowed more would get answers the engine cuts short without saying why.
+    limit_share: the gateway instances a client's requests spread over (limit_share_default):
+    each client's rate and concurrency here are its limits divided by it (shared_limits)."""
     blockers = []
     resolved_clients, problems = clients_resolve(clients)
     blockers += problems
+    share, problem = limit_share_problem(limit_share)
+    if problem:
+        blockers.append(problem)
+    for index, client in enumerate(resolved_clients):
+        resolved_clients[index], problems = shared_limits(client, share or 1)
+        resolved_clients[index]["limits_total"] = {k: client[k] for k in SHARED_LIMITS}
+        blockers += problems
     engine_cap = v.whole_number(engine_max_output_tokens, *v.OUTPUT_TOKENS_RANGE)
     for client in resolved_clients if engine_cap else []:
         if client["max_tokens"] > engine_cap:
@@ -270,6 +286,12 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
         blockers.append("gateway_log_queue is %r: set a number of datagrams between 64 and 65536 "
                         "(net.unix.max_dgram_qlen; the kernel's default of 10 drops access-log lines "
                         "under a burst)." % (log_queue,))
+    # Lines per second journald keeps from HAProxy (its drop-in): the default limit suppresses a
+    # busy gateway's access log without a count anywhere.
+    burst = v.whole_number(log_rate_limit_burst, 1000, 100000000)
+    if burst is None:
+        blockers.append("gateway_log_rate_limit_burst is %r: set the log lines per second journald keeps "
+                        "from HAProxy, a whole number between 1000 and 100000000." % (log_rate_limit_burst,))
     tls, problems = tls_problems(tls_cert_pem, tls_key_pem, now=now)
     blockers += problems
     largest_body = max([c["max_body_bytes"] for c in resolved_clients] or [CLIENT_DEFAULTS["max_body_bytes"]])
@@ -278,6 +300,7 @@ def gateway_resolve(clients, port=8443, bind_address="0.0.0.0", allowed_networks
         "allowed_networks": allowed, "metrics_networks": metrics, "media_allowlist": media,
         "upstreams": ups, "upstream_timeout_s": timeout, "tls": tls, "engine": engine,
         "max_connections": conns, "max_connections_per_source": per_source, "log_queue": queue,
+        "limit_share": share, "log_rate_limit_burst": burst,
         "client_paths": CLIENT_PATHS, "health_path": HEALTH_PATH, "metrics_path": METRICS_PATH,
         "gateway_metrics_path": GATEWAY_METRICS_PATH,
         "private_paths": ENGINE_PRIVATE_PATHS,
@@ -323,16 +346,60 @@ def fleet_upstreams(nodes, hostvars):
     return result
 
 
-def gateway_client(clients, name=""):
+def limit_share_default(groups, host):
+    """How many gateway instances one client's traffic may spread over, for `host`'s gateway
+    (gateway_limit_share's default): a fleet gateway shares with every host of the `gateway`
+    group; a node gateway behind a fleet is a second line behind limits the fleet already
+    divided (1); without a fleet, clients may reach every node's gateway (the `nodes` group)."""
+    groups = groups if isinstance(groups, dict) else {}
+    fleet = list(groups.get("gateway") or [])
+    if host in fleet:
+        return len(fleet)
+    if fleet:
+        return 1
+    return max(1, len(groups.get("nodes") or []))
+
+
+def shared_limits(client, share):
+    """(the client's limits on one of `share` gateway instances, blockers): SHARED_LIMITS divided
+    (rounded down, so the instances together never admit more than the client's limit); a limit
+    below the share is refused, since an instance would admit nothing."""
+    entry, blockers = dict(client), []
+    for setting in SHARED_LIMITS:
+        entry[setting] = client[setting] // share
+        if entry[setting] < 1:
+            blockers.append("gateway client '%s' %s is %d, shared by %d gateway instances "
+                            "(gateway_limit_share): each would admit nothing. Raise %s to at least %d, "
+                            "or set gateway_limit_share to the number of gateways its requests really reach."
+                            % (client["name"], setting, client[setting], share, setting, share))
+            entry[setting] = 1
+    return entry, blockers
+
+
+def limit_share_problem(share):
+    """(the share as a whole number or None, blocker or None)."""
+    number = v.whole_number(share, *LIMIT_SHARE_RANGE)
+    if number is None:
+        return None, ("gateway_limit_share is %r: set the number of gateway instances a client's "
+                      "requests spread over, a whole number between %d and %d (default: the hosts of "
+                      "the `gateway` group on a fleet gateway, else of the `nodes` group)."
+                      % ((share,) + LIMIT_SHARE_RANGE))
+    return number, None
+
+
+def gateway_client(clients, name="", share=1):
     """The gateway client named `name` (the first one when the name is empty or unknown), with
-    every limit its entry leaves out at the gateway's default (CLIENT_DEFAULTS), key included:
-    what a check that acts as that client needs (use it only in no_log tasks). {} when there is
-    no client."""
+    every limit its entry leaves out at the gateway's default (CLIENT_DEFAULTS), key included,
+    and its shared limits as one of `share` gateway instances enforces them (shared_limits):
+    what a check that acts as that client through one gateway needs (use it only in no_log
+    tasks). {} when there is no client."""
     entries = [c for c in (clients or []) if isinstance(c, dict)]
     chosen = [c for c in entries if name and c.get("name") == name] or entries[:1]
     if not chosen:
         return {}
-    return dict(CLIENT_DEFAULTS, **chosen[0])
+    client = dict(CLIENT_DEFAULTS, **chosen[0])
+    number, _ = limit_share_problem(share)
+    return shared_limits(client, number or 1)[0]
 
 
 def gateway_keys_map(spec):
@@ -341,7 +408,7 @@ def gateway_keys_map(spec):
 
 
 class FilterModule(object):
-    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_client,
+    """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_client, gateway_limit_share_default,
     gateway_private_paths, gateway_fleet_upstreams, gateway_pool_name."""
 
     def filters(self):
@@ -350,6 +417,7 @@ class FilterModule(object):
             "gateway_blockers_text": gateway_blockers_text,
             "gateway_keys_map": gateway_keys_map,
             "gateway_client": gateway_client,
+            "gateway_limit_share_default": limit_share_default,
             "gateway_private_paths": private_paths,
             "gateway_fleet_upstreams": fleet_upstreams,
             "gateway_pool_name": pool_name,

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+import gateway_harness
 from helpers import ROOT, load_source, serving_args
 
 gateway = load_source("mm3_gateway_filters", os.path.join(ROOT, "filter_plugins", "gateway.py"))
@@ -83,6 +84,8 @@ def test_client_refusals(pems, clients, needle):
     ({"max_connections": "lots"}, "gateway_max_connections is 'lots'"),
     ({"max_connections_per_source": 0}, "gateway_max_connections_per_source is 0"),
     ({"log_queue": 10}, "gateway_log_queue is 10: set a number of datagrams between 64 and 65536"),
+    ({"log_rate_limit_burst": 0}, "gateway_log_rate_limit_burst is 0: set the log lines per second"),
+    ({"log_rate_limit_burst": "1e6"}, "gateway_log_rate_limit_burst is '1e6'"),
     ({"max_connections": 100, "max_connections_per_source": 101},
      "gateway_max_connections_per_source is 101: set a number between 1 and gateway_max_connections (100)"),
     ({"tls_cert_pem": None}, "is not set"),
@@ -196,3 +199,48 @@ def test_a_client_allowed_more_than_the_engine_generates_is_refused(pems):
     assert resolve(pems, clients, engine_max_output_tokens=args["max_output_tokens"])["blockers"] == []
     # A fleet gateway has no engine of its own.
     assert resolve(pems, clients, engine_max_output_tokens=None)["blockers"] == []
+
+
+def test_limits_shared_by_the_gateway_instances_a_client_reaches(pems):
+    # Three fleet gateways: each admits a third of the client's rate and requests in flight
+    # (rounded down, so together never more); body and max_tokens are per request.
+    clients = [{"name": "app", "key": KEY_A, "requests_per_minute": 600, "concurrent": 16, "max_tokens": 512}]
+    spec = resolve(pems, clients, limit_share=3)
+    assert spec["blockers"] == []
+    app = spec["clients"][0]
+    assert (app["requests_per_minute"], app["concurrent"], app["max_tokens"]) == (200, 5, 512)
+    assert app["max_body_bytes"] == 2 * 1024 * 1024
+    assert app["limits_total"] == {"requests_per_minute": 600, "concurrent": 16}
+    assert spec["limit_share"] == 3
+    # what the rendered gateway enforces is the divided limit
+    cfg = gateway_harness.render(spec, "/etc/haproxy/mm3", "/run/haproxy")["haproxy.cfg"]
+    assert "sc_http_req_rate(0) gt 200 }" in cfg and "sc_conn_cur(0) gt 5 }" in cfg
+    # A check acting as that client through one of them expects the same numbers.
+    one = gateway.gateway_client(clients, "app", share="3")
+    assert (one["requests_per_minute"], one["concurrent"], one["key"]) == (200, 5, KEY_A)
+    # One instance: unchanged.
+    assert resolve(pems, clients)["clients"][0]["requests_per_minute"] == 600
+
+
+@pytest.mark.parametrize("share,clients,needle", [
+    (0, None, "gateway_limit_share is 0"),
+    ("two", None, "gateway_limit_share is 'two'"),
+    (True, None, "gateway_limit_share is True"),
+    (1001, None, "gateway_limit_share is 1001"),
+    (4, [{"name": "app", "key": KEY_A, "concurrent": 3}],
+     "gateway client 'app' concurrent is 3, shared by 4 gateway instances"),
+])
+def test_a_share_that_leaves_an_instance_nothing_is_refused(pems, share, clients, needle):
+    spec = resolve(pems, clients, limit_share=share)
+    assert any(needle in b for b in spec["blockers"]), spec["blockers"]
+
+
+@pytest.mark.parametrize("groups,host,share", [
+    ({"gateway": ["gw1", "gw2", "gw3"], "nodes": ["n1", "n2"]}, "gw2", 3),  # a fleet gateway
+    ({"gateway": ["gw1"], "nodes": ["n1", "n2"]}, "n1", 1),  # a node behind the fleet: second line
+    ({"nodes": ["n1", "n2", "n3", "n4"]}, "n3", 4),  # no fleet: clients may reach every node
+    ({"gateway": [], "nodes": ["n1"]}, "n1", 1),
+    ({}, "solo", 1),
+])
+def test_the_default_share_follows_the_topology(groups, host, share):
+    assert gateway.limit_share_default(groups, host) == share
