@@ -16,6 +16,7 @@ import shlex
 import yaml
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
 from ansible_collections.mm3.shared.plugins.module_utils import engine_args as ea
 from ansible_collections.mm3.shared.plugins.module_utils import validation as v
 
@@ -44,22 +45,15 @@ def publish(address, port, container_port):
 def invocation(spec, command):
     """What follows `docker run [options]` to run `command` in the spec's image: the image and
     the command, or, for an image with an ENTRYPOINT (vllm/vllm-openai: `vllm serve`), the
-    entrypoint replaced: --entrypoint CMD0 IMAGE CMD1..., so the image's own never prefixes it."""
-    command = [str(token) for token in command]
-    image = spec["image"]["ref"]
-    if spec.get("entrypoint"):
-        return ["--entrypoint", command[0], image] + command[1:]
-    return [image] + command
+    entrypoint replaced: --entrypoint CMD0 IMAGE CMD1..., so the image's own never prefixes it
+    (docker_run.invocation, which the node's release check reads the unit back with)."""
+    return dr.invocation(spec["image"]["ref"], command, bool(spec.get("entrypoint")))
 
 
 def server_invocation(spec):
     """The image and the server command: only the arguments when the command starts with the
     image's ENTRYPOINT (the image's own convention, like the article's Kubernetes `args:`)."""
-    entrypoint = [str(token) for token in spec.get("entrypoint") or []]
-    command = [str(token) for token in spec.get("command") or []]
-    if entrypoint and command[:len(entrypoint)] == entrypoint:
-        return [spec["image"]["ref"]] + command[len(entrypoint):]
-    return invocation(spec, command)
+    return dr.server_invocation(spec["image"]["ref"], spec.get("command") or [], spec.get("entrypoint"))
 
 
 def jit_cache_args(spec, host_dir):
@@ -750,7 +744,7 @@ def k8s_yaml(obj):
 # weights_common imports), and release_signing for the signed release's start check
 # (files/check_release.py; it needs python3-cryptography, which the role installs only for a
 # signed release); tests/unit/test_weights_modules.py runs the installed form.
-HELPER_SHARED_MODULES = ("weights_common", "validation", "release_signing")
+HELPER_SHARED_MODULES = ("weights_common", "validation", "release_signing", "docker_run")
 SHARED_PACKAGE = "ansible_collections.mm3.shared.plugins.module_utils"
 
 

@@ -16,8 +16,10 @@
 #                                     must be refused naming the part. On node1, the unit's own start
 #                                     checks (its ExecStartPre lines, run as the unit runs them): the
 #                                     key revoked by playbooks/release-trust.yml, a bundle signed by
-#                                     the stranger's key put in place of the release, and a tampered
-#                                     weights file; each must be refused, and pass again once undone.
+#                                     the stranger's key put in place of the release, a tampered
+#                                     weights file, and drop-ins that swap the image or add an engine
+#                                     flag to what the unit runs; each must be refused, and pass
+#                                     again once undone.
 #                                     Node1's unit and engine container must be unchanged throughout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -167,6 +169,33 @@ sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'
     node_case "a tampered weights file" "$weights_check" "README.md"
     docker exec "$node" sh -c "cp -p /tmp/lab-README.md $wdir/README.md && rm /tmp/lab-README.md"
     node_passes "the tampered file" "$weights_check"
+    # What the unit runs, changed by a drop-in (systemd reloaded, the engine not restarted): the
+    # release check reads ExecStart as systemd holds it, so the image swapped for another digest
+    # and an engine flag added are each refused naming the part, and pass once the drop-in is gone.
+    # dropin_case NAME FRAGMENT OLD NEW: the unit's ExecStart line with every OLD replaced by NEW
+    # (OLD empty: NEW appended).
+    dropin_case() {
+      docker exec -i "$node" python3 - "$3" "$4" <<'PY'
+import os, sys
+old, new = sys.argv[1], sys.argv[2]
+text = open("/etc/systemd/system/minimax-m3.service").read().replace("\\\n", " ")
+line = next(l for l in text.splitlines() if l.startswith("ExecStart="))
+assert not old or old in line, "%r is not in the unit's ExecStart" % old
+line = line.replace(old, new) if old else line + " " + new
+os.makedirs("/etc/systemd/system/minimax-m3.service.d", exist_ok=True)
+with open("/etc/systemd/system/minimax-m3.service.d/lab-tamper.conf", "w") as handle:
+    handle.write("[Service]\nExecStart=\n" + line + "\n")
+PY
+      docker exec "$node" systemctl daemon-reload
+      node_case "$1" "$release_check" "$2"
+      docker exec "$node" sh -c 'rm /etc/systemd/system/minimax-m3.service.d/lab-tamper.conf &&
+        rmdir --ignore-fail-on-non-empty /etc/systemd/system/minimax-m3.service.d && systemctl daemon-reload'
+      node_passes "$1" "$release_check"
+    }
+    digest=$(ansible-inventory "${inv[@]}" --host "$node" \
+             | $py -c 'import json, sys; print(json.load(sys.stdin)["serving_image"]["digest"].split(":")[1])')
+    dropin_case "a drop-in that swaps the image" "images: the unit runs" "$digest" "$(printf '0%.0s' $(seq 64))"
+    dropin_case "a drop-in that adds an engine flag" "argv: it adds '--max-model-len 2048'" "" "--max-model-len 2048"
     [ "$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)" = "$unit_before" ] \
       || { echo "lab-release: a refused release changed the unit on $node" >&2; fail=1; }
     [ "$(docker exec "$node" docker inspect --format '{{.Id}} {{.State.StartedAt}}' minimax-m3)" = "$engine_before" ] \

@@ -14,6 +14,7 @@ import sys
 
 import jinja2
 import pytest
+from ansible.plugins.filter import core as ansible_core_filters
 
 from helpers import ROOT, install_node_checks, load_source, openssl_ec_keys, serving_args
 
@@ -48,17 +49,58 @@ def listed(keys, **extra):
     return [dict({"name": "site-2026", "public_key": keys["site"][1]}, **extra)]
 
 
+UNIT = "minimax-m3.service"
+CONFIG_IN_CONTAINER = "/etc/model-server/engine.yaml"
+
+
 def unit_argv(spec, python, libexec, bundle_file, trust_file):
     """The argv of the unit's release check as the role renders it: the template's ExecStartPre
     line that runs check_release.py, from serving_spec, split the way systemd reads it."""
     text = pathlib.Path(UNIT_TEMPLATE).read_text()
     expression = re.search(r"^ExecStartPre=(\{\{(?:(?!\}\}).)*check_release\.py.*?\}\})$", text, re.S | re.M)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update(ansible_core_filters.FilterModule().filters())  # to_json, regex_replace as Ansible's
     env.filters["model_server_systemd_join"] = ms_filters.systemd_join
     line = env.from_string(expression.group(1)).render(
         serving_spec=spec, model_server_python=python, model_server_libexec_dir=libexec,
-        __model_server_release_bundle_file=bundle_file, __model_server_release_trust_file=trust_file)
+        __model_server_release_bundle_file=bundle_file, __model_server_release_trust_file=trust_file,
+        model_server_service_name=UNIT[:-len(".service")],
+        __model_server_config_in_container=CONFIG_IN_CONTAINER)
     return ms_filters.command_tokens(line)
+
+
+def exec_start_argv(spec, image_ref=None):
+    """ExecStart's argv as model_server renders it for `spec` (render.yml's model_server_docker_argv,
+    the unit's docker binary first), the image under `image_ref` (image_carry's tag) if given."""
+    if image_ref:
+        spec = dict(spec, image=dict(spec["image"], ref=image_ref))
+    argv = ms_filters.docker_run_argv(spec, name="minimax-m3", shm_size="32g", config_host_path="/etc/minimax-m3/engine.yaml",
+                                      config_container_path=CONFIG_IN_CONTAINER, docker_bin="docker",
+                                      jit_cache_dir="/var/cache/minimax-m3/jit/abc")
+    return ["/usr/bin/docker"] + argv[1:]
+
+
+# What busctl --json=short get-property org.freedesktop.systemd1 <unit path>
+# org.freedesktop.systemd1.Service ExecStart answers (a(sasbttttuii): path, argv, ignore failure,
+# start/exit timestamps, pid, code, status).
+def busctl_reply(argv):
+    return {"type": "a(sasbttttuii)", "data": [[argv[0], argv, False, 0, 0, 0, 0, 0, 0, 0]]}
+
+
+def standin_busctl(tmp_path, reply):
+    """STAND-IN for systemd's busctl (no system bus on the test machine): prints `reply` for the
+    ExecStart of the unit's object path, fails for anything else. The lab runs the real one."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (tmp_path / "busctl-reply.json").write_text(json.dumps(reply))
+    script = bindir / "busctl"
+    script.write_text("#!/bin/sh\n"
+                      "[ \"$*\" = \"--json=short get-property org.freedesktop.systemd1 "
+                      "/org/freedesktop/systemd1/unit/minimax_2dm3_2eservice org.freedesktop.systemd1.Service ExecStart\" ] "
+                      "|| { echo \"standin busctl: unexpected call: $*\" >&2; exit 1; }\n"
+                      "cat %s\n" % (tmp_path / "busctl-reply.json"))
+    script.chmod(0o755)
+    return str(bindir)
 
 
 def install(tmp_path):
@@ -67,9 +109,9 @@ def install(tmp_path):
     return libexec
 
 
-def node(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST):
-    """A node as model_server leaves it (bundle, trust file, manifest), then the unit's check run
-    on it: (returncode, stderr + stdout)."""
+def node(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST, exec_argv=None):
+    """A node as model_server leaves it (bundle, trust file, manifest, the unit's ExecStart), then the
+    unit's check run on it: (returncode, stderr + stdout)."""
     libexec = install(tmp_path)
     etc = tmp_path / "etc"
     etc.mkdir()
@@ -78,10 +120,12 @@ def node(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST):
     (etc / "release-trust.json").write_text(trust if isinstance(trust, str) else json.dumps(trust))
     man = tmp_path / "weights.manifest.sha256"
     man.write_bytes(manifest)
+    bindir = standin_busctl(tmp_path, busctl_reply(exec_argv or exec_start_argv(spec)))
     spec = dict(spec, weights=dict(spec["weights"], manifest=str(man)))
     argv = unit_argv(spec, sys.executable, str(libexec), str(etc / "release.sigstore.json"),
                      str(etc / "release-trust.json"))
-    run = subprocess.run(argv, capture_output=True, text=True)
+    run = subprocess.run(argv, capture_output=True, text=True,
+                         env=dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"]))
     return run.returncode, run.stderr + run.stdout
 
 
@@ -178,3 +222,112 @@ def test_the_manifest_signed_but_listing_other_files_refuses(keys):
     digest = rs.release_digest(rs.envelope(bundle)[0])
     problem = checker.problems(bundle, trust, digest, MANIFEST, today="2026-12-05")
     assert "with another sha256 than the signed one: model-00001-of-00001.safetensors" in problem
+
+
+def _edit(argv, old, new):
+    index = argv.index(old)
+    return argv[:index] + new + argv[index + 1:]
+
+
+@pytest.mark.parametrize("case,fragment", [
+    ("image swapped", "images: the unit runs vllm/vllm-openai@sha256:ffff"),
+    ("engine flag edited", "argv: token 5 (after --tensor-parallel-size) is '4' where the signed release has '8'"),
+    ("engine flag added", "argv: it adds '--enforce-eager' after the signed argv"),
+    ("variable added", "env: VLLM_ATTENTION_BACKEND=FLASHINFER is not signed"),
+    ("signed variable changed", "env: HF_HUB_OFFLINE=0 is not signed; the signed HF_HUB_OFFLINE=1 is missing"),
+    ("variable set twice", "env: HF_HUB_OFFLINE is set 2 times"),
+    ("entrypoint replaced", "argv: the unit's entrypoint is /bin/sh, the signed release's the image's"),
+    ("docker option unknown to the check", "option --foo, which this check does not know"),
+    ("a drop-in adds a second ExecStart", "the unit has 2 ExecStart commands"),
+])
+def test_the_node_refuses_a_unit_that_does_not_run_the_signed_release(tmp_path, keys, case, fragment):
+    """The unit's ExecStart as systemd holds it (a drop-in or a hand edit included) must run the
+    signed image, environment and engine argv: the drill's swapped image and edited flag, refused
+    on the node and naming the part."""
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    argv = exec_start_argv(spec)
+    image = spec["image"]["ref"]
+    after = argv[argv.index(image) + 1:]
+    reply = None
+    if case == "image swapped":
+        argv = exec_start_argv(spec, image_ref="vllm/vllm-openai@sha256:" + "f" * 64)
+    elif case == "engine flag edited":
+        assert after[3:5] == ["--tensor-parallel-size", "8"]
+        argv = argv[:argv.index(image) + 5] + ["4"] + argv[argv.index(image) + 6:]
+    elif case == "engine flag added":
+        argv = argv + ["--enforce-eager"]
+    elif case == "variable added":
+        argv = argv[:2] + ["-e", "VLLM_ATTENTION_BACKEND=FLASHINFER"] + argv[2:]
+    elif case == "signed variable changed":
+        argv = _edit(argv, "HF_HUB_OFFLINE=1", ["HF_HUB_OFFLINE=0"])
+    elif case == "variable set twice":
+        argv = argv[:2] + ["--env=HF_HUB_OFFLINE=1"] + argv[2:]
+    elif case == "entrypoint replaced":
+        argv = _edit(argv, image, ["--entrypoint", "/bin/sh", image])
+    elif case == "docker option unknown to the check":
+        argv = argv[:2] + ["--foo"] + argv[2:]
+    elif case == "a drop-in adds a second ExecStart":
+        reply = busctl_reply(argv)
+        reply["data"].append(reply["data"][0])
+    if reply is not None:
+        libexec = install(tmp_path)
+        (tmp_path / "etc").mkdir()
+        rc, out = _run_with_reply(tmp_path, spec, libexec, reply)
+    else:
+        rc, out = node(tmp_path, spec, exec_argv=argv)
+    assert rc == 1, out
+    assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
+
+
+def _run_with_reply(tmp_path, spec, libexec, reply):
+    etc = tmp_path / "etc"
+    (etc / "release.sigstore.json").write_text(spec["release_bundle"])
+    (etc / "release-trust.json").write_text(json.dumps(spec["release_trust"]))
+    man = tmp_path / "weights.manifest.sha256"
+    man.write_bytes(MANIFEST)
+    bindir = standin_busctl(tmp_path, reply)
+    spec = dict(spec, weights=dict(spec["weights"], manifest=str(man)))
+    argv = unit_argv(spec, sys.executable, str(libexec), str(etc / "release.sigstore.json"), str(etc / "release-trust.json"))
+    run = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"]))
+    return run.returncode, run.stderr + run.stdout
+
+
+def test_the_node_starts_the_signed_image_under_image_carrys_tag(tmp_path, keys):
+    """docker load keeps no repo digest: the unit runs repository:pinned-<hex> (image_carry's tag,
+    serving's image_local_tag), which names the signed digest; the JIT cache's variables are the
+    unit's own, not the release's."""
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    assert rs.image_names(spec["image"]["ref"])[1] == spec["image"]["local_tag"]
+    argv = exec_start_argv(spec, image_ref=spec["image"]["local_tag"])
+    assert any(token.split("=", 1)[0] in spec["jit_cache"]["env"] for token in argv), "no JIT variable to allow"
+    rc, out = node(tmp_path, spec, exec_argv=argv)
+    assert rc == 0, out
+
+
+def test_docker_run_is_read_as_dockers_cli_reads_it():
+    from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
+    parsed = dr.parse_run(["docker", "run", "--rm", "-eA=1", "-e=B=2", "--env", "C=3", "--ipc=host",
+                           "-p", "127.0.0.1:1:2", "--", "img", "--port", "1"])
+    assert parsed["image"] == "img" and parsed["args"] == ["--port", "1"]
+    assert dr.option_values(parsed, "-e", "--env") == ["A=1", "B=2", "C=3"]
+    for bad, said in ((["docker", "ps"], "is not `docker run"), (["docker", "run", "--rm"], "names no image"),
+                      (["docker", "run", "-it", "img"], "one-letter options run together"),
+                      (["docker", "run", "--name"], "has no value")):
+        with pytest.raises(dr.RunError, match=said):
+            dr.parse_run(bad)
+
+
+def test_the_recorded_busctl_reply_reads_as_the_units_docker_run():
+    """busctl's real reply (tests/fixtures/busctl, recorded on the lab's node1) is read by the
+    check's own reader into an argv that parse_run reads as the lab's docker run."""
+    from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
+    checker = load_source("check_release_mod", CHECKER)
+    with open(os.path.join(ROOT, "tests", "fixtures", "busctl", "lab-node1-execstart.json")) as handle:
+        reply = json.load(handle)
+    assert reply["type"] == "a(sasbttttuii)" and len(reply["data"][0]) == 10
+    argv = checker.exec_start(reply)
+    parsed = dr.parse_run(argv)
+    assert argv[0] == "/usr/bin/docker" and parsed["image"].startswith("127.0.0.1:5000/mm3-lab/vllm-cpu")
+    assert "HF_HUB_OFFLINE=1" in dr.option_values(parsed, "-e") and parsed["args"][0] == "/models/tiny-m3"
+    assert checker.unit_path("minimax-m3.service").endswith("/minimax_2dm3_2eservice")
+    assert checker.unit_path("2x.service").endswith("/_32x_2eservice")

@@ -167,7 +167,20 @@ def test_release_start_refusal(tmp_path, capsys):
         assert rc == 1 and len(lines) == 1, lines
         findings = diagnose.diagnose_findings({"engine": lines[0]}, RULES)
         assert [f["id"] for f in findings] == ["release_refused_at_start"], (lines, findings)
+    # What the unit runs (ExecStart as systemd holds it): not the signed release, or unreadable.
+    (tmp_path / "t").write_text(json.dumps(rs.trust_document(listed, [])))
+    (tmp_path / "m").write_bytes(manifest)
+    for reading in (lambda unit: ["/usr/bin/docker", "run", "--rm", "other/image", "serve"],
+                    lambda unit: (_ for _ in ()).throw(ValueError("busctl could not read it"))):
+        check.read_exec_start = reading
+        rc = check.main(["--bundle", str(tmp_path / "b"), "--trust", str(tmp_path / "t"), "--digest", digest,
+                         "--manifest", str(tmp_path / "m"), "--unit", "minimax-m3.service"])
+        lines = capsys.readouterr().err.splitlines()
+        assert rc == 1 and len(lines) == 1, lines
+        findings = diagnose.diagnose_findings({"engine": lines[0]}, RULES)
+        assert [f["id"] for f in findings] == ["release_refused_at_start"], (lines, findings)
     assert "playbooks/release-trust.yml" in BY_ID["release_refused_at_start"]["fix"]
+    assert "drop-in" in BY_ID["release_refused_at_start"]["fix"]
 
 
 def facts(**over):

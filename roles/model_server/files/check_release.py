@@ -3,7 +3,9 @@
 the engine unless the release bundle on this node verifies, offline, against the keys the node
 trusts (role model_server writes <config_dir>/release-trust.json from release_keys and
 release_revoked; playbooks/release-trust.yml alone pushes a revocation), is the release the unit
-was rendered for, and signs exactly the weights manifest on this node.
+was rendered for, signs exactly the weights manifest on this node, and is what the unit runs: the
+unit's ExecStart as systemd parsed it (read over D-Bus with busctl, drop-ins and edits included)
+runs the signed image, environment and engine argv (release_signing.run_differences).
 
 No hashing and no network: the signature is checked over the bundle's payload, and the signed
 files are compared with the manifest; check_weights.py (the next ExecStartPre) binds the bytes
@@ -12,10 +14,16 @@ this node's own clock. The checks are release_signing's, the same code the contr
 with, imported by the same name from the collection layout the role installs beside this file.
 
 usage: check_release.py --bundle B --trust T --digest SHA256 --manifest M
+         [--unit NAME.service [--entrypoint=TOKEN]... [--config-path P] [--extra-env=NAME]...]
+  --entrypoint: the image's ENTRYPOINT as the plan knew it (serving_spec.entrypoint), one token each;
+  --config-path: the engine's key file the unit passes as --config; --extra-env: a variable the
+  unit sets beyond the signed ones (the JIT caches').
 """
 import argparse
 import hashlib
+import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -25,8 +33,9 @@ from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
     ManifestError, parse_manifest)
 
 
-def problems(bundle_text, trust_text, digest, manifest_bytes, today=None):
-    """Why this node must not start the release (one line naming the fix), or None."""
+def problems(bundle_text, trust_text, digest, manifest_bytes, today=None, run=None):
+    """Why this node must not start the release (one line naming the fix), or None. run: what the
+    unit runs ({argv: ExecStart's argv, entrypoint, config_path, extra_env}; None: not checked)."""
     try:
         keys, revoked = rs.read_trust(trust_text)
         checked = rs.verify(bundle_text, keys, revoked=revoked, today=today)
@@ -49,13 +58,53 @@ def problems(bundle_text, trust_text, digest, manifest_bytes, today=None):
     differ = rs.manifest_differences(checked["entries"], entries)
     if differ:
         return "the weights manifest on this node is not the signed one: %s" % "; ".join(differ)
+    if run is not None:
+        differ = rs.run_differences(signed, run["argv"], run.get("entrypoint") or (), run.get("config_path"),
+                                    run.get("extra_env") or ())
+        if differ:
+            return ("the unit does not run the signed release (%s). Re-run playbooks/serve.yml (or rollback.yml), "
+                    "and remove any drop-in or edit that changes its ExecStart." % "; ".join(differ))
     return None
+
+
+def unit_path(unit):
+    """The unit's D-Bus object path (sd-bus's label escaping: every byte but a letter, or a digit
+    after the first, as _xx)."""
+    label = "".join(ch if ch.isascii() and (ch.isalpha() or (i > 0 and ch.isdigit())) else "_%02x" % ord(ch)
+                    for i, ch in enumerate(unit))
+    return "/org/freedesktop/systemd1/unit/" + label
+
+
+def exec_start(data):
+    """The argv of the single ExecStart command in busctl --json=short's reply for the property
+    ExecStart (a(sasbttttuii): path, argv, ignore-failure, times, pid, status)."""
+    commands = (data or {}).get("data") or []
+    if len(commands) != 1 or not isinstance(commands[0], list) or len(commands[0]) < 2:
+        raise ValueError("the unit has %d ExecStart commands (one expected)" % len(commands))
+    return [str(token) for token in commands[0][1]]
+
+
+def read_exec_start(unit):
+    """ExecStart's argv as systemd holds it for `unit` (read over D-Bus: the unit file, its drop-ins
+    and a daemon-reload's edits, exactly as systemd will run it)."""
+    try:
+        run = subprocess.run(["busctl", "--json=short", "get-property", "org.freedesktop.systemd1", unit_path(unit),
+                              "org.freedesktop.systemd1.Service", "ExecStart"], capture_output=True, text=True)
+    except OSError as exc:
+        raise ValueError("busctl cannot run: %s" % exc)
+    if run.returncode != 0:
+        raise ValueError("busctl could not read %s's ExecStart: %s" % (unit, (run.stderr or run.stdout).strip()))
+    return exec_start(json.loads(run.stdout))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("--bundle", "--trust", "--digest", "--manifest"):
         ap.add_argument(name, required=True)
+    ap.add_argument("--unit")
+    ap.add_argument("--entrypoint", action="append", default=[])
+    ap.add_argument("--config-path")
+    ap.add_argument("--extra-env", action="append", default=[])
     a = ap.parse_args(argv)
     texts = {}
     for what, path, mode in (("bundle", a.bundle, "r"), ("trust", a.trust, "r"), ("manifest", a.manifest, "rb")):
@@ -66,7 +115,15 @@ def main(argv=None):
             print("minimax-m3: refusing to start: cannot read the release %s %s: %s. Re-run playbooks/serve.yml."
                   % (what, path, exc), file=sys.stderr)
             return 1
-    problem = problems(texts["bundle"], texts["trust"], a.digest, texts["manifest"])
+    run = None
+    if a.unit:
+        try:
+            run = {"argv": read_exec_start(a.unit), "entrypoint": a.entrypoint,
+                   "config_path": a.config_path, "extra_env": a.extra_env}
+        except ValueError as exc:
+            print("minimax-m3: refusing to start: cannot read what %s runs: %s" % (a.unit, exc), file=sys.stderr)
+            return 1
+    problem = problems(texts["bundle"], texts["trust"], a.digest, texts["manifest"], run=run)
     if problem:
         print("minimax-m3: refusing to start: %s" % problem, file=sys.stderr)
         return 1

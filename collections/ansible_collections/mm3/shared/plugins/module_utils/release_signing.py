@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
+from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
 from ansible_collections.mm3.shared.plugins.module_utils.validation import has_control, is_plain_name, is_sha256
 from ansible_collections.mm3.shared.plugins.module_utils.weights_common import ManifestError, check_relpath
 
@@ -429,3 +430,72 @@ def release_differences(signed, planned):
     (statement's mm3_release): [part, ...] in the order given, each part a top-level key."""
     signed = signed or {}
     return [part for part, value in planned.items() if signed.get(part) != value]
+
+
+def image_names(ref):
+    """The names under which a node may run the signed image `ref`: the reference itself, and for
+    repository@sha256:<hex> the tag image_carry gives it after `docker load` (which keeps no repo
+    digest), repository:pinned-<hex> (serving's image_local_tag)."""
+    ref = str(ref or "")
+    repository, _, digest = ref.rpartition("@")
+    names = [ref]
+    if repository and digest.startswith("sha256:"):
+        names.append("%s:pinned-%s" % (repository, digest.split(":", 1)[1]))
+    return names
+
+
+def _first_difference(runs, signed):
+    """Where the engine argv the unit runs first leaves the signed one, naming the flag it follows."""
+    for index, (ours, theirs) in enumerate(zip(runs, signed)):
+        if ours != theirs:
+            where = " (after %s)" % runs[index - 1] if index and runs[index - 1].startswith("-") else ""
+            return "token %d%s is %r where the signed release has %r" % (index + 1, where, ours, theirs)
+    if len(runs) > len(signed):
+        return "it adds %r after the signed argv" % " ".join(runs[len(signed):])[:120]
+    return "it lacks %r at the end of the signed argv" % " ".join(signed[len(runs):])[:120]
+
+
+def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_env=()):
+    """Where the unit's `docker run` (exec_argv: ExecStart as systemd parsed it) does not run the
+    signed release (`signed`: its mm3_release part): one line per part that differs, naming it
+    ('images: ...', 'env: ...', 'argv: ...'); [] when the unit runs the signed image (its reference
+    or image_carry's tag for it), exactly the signed environment, and the signed engine argv in the
+    form the unit gives it (docker_run.server_invocation with the image's ENTRYPOINT `entrypoint`,
+    serving_spec.entrypoint). config_path: the `--config PATH` the unit appends when the engine
+    reads its API key from a file; extra_env: names of the variables the unit sets beyond the
+    signed ones (the JIT caches', serving_spec.jit_cache.env). Docker's other options (devices,
+    mounts, hardening) are not part of a release."""
+    signed = signed if isinstance(signed, dict) else {}
+    try:
+        parsed = dr.parse_run(exec_argv)
+    except dr.RunError as error:
+        return ["argv: %s" % error]
+    out = []
+    images = signed.get("images") if isinstance(signed.get("images"), list) else []
+    ref = str(images[0]) if len(images) == 1 else ""
+    if parsed["image"] not in image_names(ref):
+        out.append("images: the unit runs %s, the signed release %s" % (parsed["image"], ref or "none"))
+    unit_env = dr.option_values(parsed, "-e", "--env")
+    signed_env = [str(item) for item in signed.get("env") or []]
+    names = [item.split("=", 1)[0] for item in unit_env]
+    problems = ["%s is set %d times" % (name, names.count(name)) for name in sorted(set(names)) if names.count(name) > 1]
+    problems += ["--env-file %s is not signed" % path for path in dr.option_values(parsed, "--env-file")]
+    problems += ["%s is not signed" % item for item in unit_env
+                 if item not in signed_env and item.split("=", 1)[0] not in set(extra_env)]
+    problems += ["the signed %s is missing" % item for item in signed_env if item not in unit_env]
+    if problems:
+        out.append("env: " + "; ".join(problems))
+    expected = dr.server_invocation(parsed["image"], [str(t) for t in signed.get("argv") or []], entrypoint)
+    want_entrypoint, want = (expected[1], expected[3:]) if expected[:1] == ["--entrypoint"] else (None, expected[1:])
+    entrypoints = dr.option_values(parsed, "--entrypoint")
+    runs = list(parsed["args"])
+    if config_path:
+        if runs[-2:] != ["--config", str(config_path)]:
+            out.append("argv: the unit does not end with --config %s (the engine's key file)" % config_path)
+        runs = runs[:-2] if runs[-2:] == ["--config", str(config_path)] else runs
+    if (entrypoints[-1] if entrypoints else None) != want_entrypoint:
+        out.append("argv: the unit's entrypoint is %s, the signed release's %s"
+                   % (entrypoints[-1] if entrypoints else "the image's", want_entrypoint or "the image's"))
+    elif runs != want:
+        out.append("argv: " + _first_difference(runs, want))
+    return out

@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+"""`docker run` argv: how the project builds the part after the options, and how Docker's CLI reads
+a whole argv back (issue 33: the node's start check compares the unit's ExecStart, as systemd
+parsed it, with the signed release).
+
+One home for both directions: filter_plugins/model_server.py builds the unit's `docker run` with
+invocation/server_invocation, and roles/model_server/files/check_release.py reads the unit back
+with parse_run and compares it with run_differences. Pure functions; nothing here runs Docker.
+"""
+
+from __future__ import annotations
+
+# Options of `docker run` that take a value (docs.docker.com/reference/cli/docker/container/run/,
+# Docker 20.10 to 28): Docker's CLI (spf13/pflag, interspersed off) reads options up to the first
+# token that is none, the image; a value may follow as the next token or after '=' (a one-letter
+# option also glued: -eK=V). An option in neither list is refused: the check cannot know where
+# the image is.
+VALUE_OPTIONS = frozenset("""
+-a --attach --add-host --annotation --blkio-weight --blkio-weight-device --cap-add --cap-drop
+--cgroup-parent --cgroupns --cidfile --cpu-count --cpu-percent --cpu-period --cpu-quota
+--cpu-rt-period --cpu-rt-runtime -c --cpu-shares --cpus --cpuset-cpus --cpuset-mems --detach-keys
+--device --device-cgroup-rule --device-read-bps --device-read-iops --device-write-bps
+--device-write-iops --dns --dns-option --dns-search --domainname --entrypoint -e --env --env-file
+--expose --gpus --group-add --health-cmd --health-interval --health-retries --health-start-interval
+--health-start-period --health-timeout -h --hostname --ip --ip6 --ipc --isolation --kernel-memory
+-l --label --label-file --link --link-local-ip --log-driver --log-opt --mac-address -m --memory
+--memory-reservation --memory-swap --memory-swappiness --mount --name --network --net
+--network-alias --net-alias --oom-score-adj --pid --pids-limit --platform -p --publish --pull
+--restart --runtime --security-opt --shm-size --stop-signal --stop-timeout --storage-opt --sysctl
+--tmpfs --ulimit -u --user --userns --uts -v --volume --volume-driver --volumes-from -w --workdir
+""".split())
+FLAG_OPTIONS = frozenset("""
+-d --detach --disable-content-trust --init -i --interactive --no-healthcheck --oom-kill-disable
+--privileged -P --publish-all -q --quiet --read-only --rm --sig-proxy -t --tty --use-api-socket
+""".split())
+
+
+class RunError(ValueError):
+    """An argv this module cannot read as `docker run`."""
+
+
+def invocation(image, command, replace_entrypoint):
+    """What follows `docker run [options]` to run `command` in `image`: the image and the command,
+    or, with replace_entrypoint (an image whose ENTRYPOINT must not prefix it, vllm/vllm-openai's
+    `vllm serve`), --entrypoint CMD0 IMAGE CMD1..."""
+    command = [str(token) for token in command]
+    if replace_entrypoint:
+        return ["--entrypoint", command[0], image] + command[1:]
+    return [image] + command
+
+
+def server_invocation(image, command, entrypoint):
+    """The image and the server command: only the arguments when the command starts with the
+    image's ENTRYPOINT `entrypoint` (the image's own convention, like a Kubernetes `args:`), else
+    invocation with the ENTRYPOINT replaced where the image has one."""
+    entrypoint = [str(token) for token in entrypoint or []]
+    command = [str(token) for token in command or []]
+    if entrypoint and command[:len(entrypoint)] == entrypoint:
+        return [image] + command[len(entrypoint):]
+    return invocation(image, command, bool(entrypoint))
+
+
+def parse_run(argv):
+    """Read argv as Docker's CLI does: {'options': [(name, value or None)], 'image', 'args'}.
+    argv[0] is the docker binary and argv[1] must be `run`. RunError names what cannot be read."""
+    argv = [str(token) for token in argv]
+    if len(argv) < 2 or argv[1] != "run":
+        raise RunError("the unit's ExecStart is not `docker run ...` (it is %r)" % " ".join(argv[:3]))
+    options, index = [], 2
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            index += 1
+            break
+        if not token.startswith("-") or token == "-":
+            break
+        if token.startswith("--"):
+            name, eq, value = token.partition("=")
+        elif len(token) > 2:
+            # -eK=V or -e=K=V: the value glued to a one-letter option
+            name, eq, value = token[:2], "=", token[3:] if token[2] == "=" else token[2:]
+        else:
+            name, eq, value = token, "", ""
+        if name in FLAG_OPTIONS:
+            if eq and not name.startswith("--"):
+                raise RunError("the unit's docker run has %s, one-letter options run together, which this "
+                               "check does not read" % token)
+            options.append((name, value if eq else None))
+        elif name in VALUE_OPTIONS:
+            if not eq:
+                index += 1
+                if index >= len(argv):
+                    raise RunError("docker option %s has no value" % name)
+                value = argv[index]
+            options.append((name, value))
+        else:
+            raise RunError("the unit's docker run has option %s, which this check does not know (its "
+                           "value and the image cannot be told apart)" % name)
+        index += 1
+    if index >= len(argv):
+        raise RunError("the unit's docker run names no image")
+    return {"options": options, "image": argv[index], "args": argv[index + 1:]}
+
+
+def option_values(parsed, *names):
+    """The values of the options called any of `names`, in order."""
+    return [value for name, value in parsed["options"] if name in names]
