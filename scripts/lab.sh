@@ -133,6 +133,21 @@ sys.exit("lab: no release recorded, no health or no verification of this release
 PY
     grep -q "signed by key lab-release (release " reports/status/status.json \
       || { echo "lab: status.yml does not name node1's signed release, see $status_log" >&2; exit 1; }
+    # Who approved what runs where: node1's provenance record names the release its bundle
+    # verifies as (lab-release.sh sign wrote verified.json) and the key that signed it; the
+    # staging host, given no release, records none.
+    python3 - reports/provenance reports/lab/release/verified.json <<'PY'
+import json, os, sys
+prov, verified = sys.argv[1], json.load(open(sys.argv[2]))
+node1 = json.load(open(os.path.join(prov, "mm3-lab-node1.json")))
+staging = json.load(open(os.path.join(prov, "mm3-lab-staging.json")))
+release = node1.get("release") or {}
+if (release.get("digest"), release.get("key"), release.get("key_id")) != (
+        verified["release_digest"], verified["key"], verified["key_id"]) or staging.get("release", "absent") is not None:
+    sys.exit("lab: node1's provenance does not name its signed release %s (key %s): %s; staging's: %s"
+             % (verified["release_digest"][:16], verified["key"], release, staging.get("release", "absent")))
+print("== provenance: mm3-lab-node1 holds release %s, approved by key %s" % (release["digest"][:16], release["key"]))
+PY
     if [ "${LAB_EXPECT_NO_CHANGES:-0}" = 1 ]; then
       $stage lab-release-refusals scripts/lab-release.sh refusals
     fi
