@@ -34,8 +34,9 @@ def packages(boot, running, optional_prefixes=()):
     if isinstance(optional_prefixes, str) or not all(
             isinstance(prefix, str) and prefix.endswith("-") and _PACKAGE.fullmatch(prefix + "0")
             for prefix in optional_prefixes):
-        raise AnsibleFilterError("gpu_kernel_packages: optional prefixes must be a list of package name prefixes"
-                                 " ending in '-' (such as linux-modules-extra-), not %r" % (optional_prefixes,))
+        raise AnsibleFilterError("gpu_kernel_optional_prefixes (amd_rocm passes amd_rocm_kernel_extra_prefixes for the"
+                                 " node's distribution) must be a list of package name prefixes ending in '-', such"
+                                 " as [linux-modules-extra-], not %r" % (optional_prefixes,))
     required = ["linux-headers-" + boot]
     optional = []
     for name in (["linux-headers-" + running]
