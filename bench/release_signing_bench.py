@@ -70,8 +70,7 @@ def main():
     sig = os.path.dirname(a.dir.rstrip("/")) + "/release.sig"
     core = wb.single_core_rate()
     disk, dropped = wb.cold_read_rate(a.dir)
-    wb.read_rate(a.dir)  # the page cache now holds the shards (where they fit in memory)
-    cached = wb.read_rate(a.dir)
+    cached = wb.read_rate(a.dir)  # the cold read left the shards in the page cache (where they fit)
     bounds = {"cold": min(disk, cores * core), "warm": min(cached, cores * core)}
     print("bound cold: min(read %.1f MB/s %s, %d cores x %.1f MB/s sha256) = %.1f MB/s" % (
         disk / MB, "cold" if dropped else "WARM (page cache not droppable here)", cores, core / MB,

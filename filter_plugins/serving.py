@@ -17,6 +17,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import combine
+from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
 from ansible_collections.mm3.shared.plugins.module_utils import engine_args as ea
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
 from ansible_collections.mm3.shared.plugins.module_utils import validation as v
@@ -101,7 +102,7 @@ def image_local_tag(image):
     digest = image.get("digest")
     if not digest or image.get("local_id") or not v.is_image_id(digest):
         return None
-    return "%s:pinned-%s" % (image.get("repository"), str(digest).split(":", 1)[1])
+    return dr.pinned_tag(image.get("repository"), digest)
 
 
 def _int_or_none(value):

@@ -109,9 +109,10 @@ def install(tmp_path):
     return libexec
 
 
-def node(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST, exec_argv=None):
-    """A node as model_server leaves it (bundle, trust file, manifest, the unit's ExecStart), then the
-    unit's check run on it: (returncode, stderr + stdout)."""
+def node(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST, exec_argv=None, reply=None):
+    """A node as model_server leaves it (bundle, trust file, manifest, the unit's ExecStart: busctl's
+    `reply`, else exec_argv's, else the rendered one), then the unit's check run on it:
+    (returncode, stderr + stdout)."""
     libexec = install(tmp_path)
     etc = tmp_path / "etc"
     etc.mkdir()
@@ -120,7 +121,7 @@ def node(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST, exec_argv=N
     (etc / "release-trust.json").write_text(trust if isinstance(trust, str) else json.dumps(trust))
     man = tmp_path / "weights.manifest.sha256"
     man.write_bytes(manifest)
-    bindir = standin_busctl(tmp_path, busctl_reply(exec_argv or exec_start_argv(spec)))
+    bindir = standin_busctl(tmp_path, reply or busctl_reply(exec_argv or exec_start_argv(spec)))
     spec = dict(spec, weights=dict(spec["weights"], manifest=str(man)))
     argv = unit_argv(spec, sys.executable, str(libexec), str(etc / "release.sigstore.json"),
                      str(etc / "release-trust.json"))
@@ -269,27 +270,9 @@ def test_the_node_refuses_a_unit_that_does_not_run_the_signed_release(tmp_path, 
     elif case == "a drop-in adds a second ExecStart":
         reply = busctl_reply(argv)
         reply["data"].append(reply["data"][0])
-    if reply is not None:
-        libexec = install(tmp_path)
-        (tmp_path / "etc").mkdir()
-        rc, out = _run_with_reply(tmp_path, spec, libexec, reply)
-    else:
-        rc, out = node(tmp_path, spec, exec_argv=argv)
+    rc, out = node(tmp_path, spec, exec_argv=argv, reply=reply)
     assert rc == 1, out
     assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
-
-
-def _run_with_reply(tmp_path, spec, libexec, reply):
-    etc = tmp_path / "etc"
-    (etc / "release.sigstore.json").write_text(spec["release_bundle"])
-    (etc / "release-trust.json").write_text(json.dumps(spec["release_trust"]))
-    man = tmp_path / "weights.manifest.sha256"
-    man.write_bytes(MANIFEST)
-    bindir = standin_busctl(tmp_path, reply)
-    spec = dict(spec, weights=dict(spec["weights"], manifest=str(man)))
-    argv = unit_argv(spec, sys.executable, str(libexec), str(etc / "release.sigstore.json"), str(etc / "release-trust.json"))
-    run = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"]))
-    return run.returncode, run.stderr + run.stdout
 
 
 def test_the_node_starts_the_signed_image_under_image_carrys_tag(tmp_path, keys):

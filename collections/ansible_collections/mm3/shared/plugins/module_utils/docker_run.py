@@ -60,6 +60,13 @@ def server_invocation(image, command, entrypoint):
     return invocation(image, command, bool(entrypoint))
 
 
+def pinned_tag(repository, digest):
+    """The tag image_carry gives an image it loaded by `docker load` (which keeps no repo digest):
+    repository:pinned-<hex> for the digest sha256:<hex>. The one home of that name: serving's image_local_tag
+    (what the unit runs) and release_signing's image_names (what the node's check accepts)."""
+    return "%s:pinned-%s" % (repository, str(digest).split(":", 1)[1])
+
+
 def parse_run(argv):
     """Read argv as Docker's CLI does: {'options': [(name, value or None)], 'image', 'args'}.
     argv[0] is the docker binary and argv[1] must be `run`. RunError names what cannot be read."""

@@ -435,12 +435,12 @@ def release_differences(signed, planned):
 def image_names(ref):
     """The names under which a node may run the signed image `ref`: the reference itself, and for
     repository@sha256:<hex> the tag image_carry gives it after `docker load` (which keeps no repo
-    digest), repository:pinned-<hex> (serving's image_local_tag)."""
+    digest), repository:pinned-<hex> (docker_run.pinned_tag, serving's image_local_tag)."""
     ref = str(ref or "")
     repository, _, digest = ref.rpartition("@")
     names = [ref]
     if repository and digest.startswith("sha256:"):
-        names.append("%s:pinned-%s" % (repository, digest.split(":", 1)[1]))
+        names.append(dr.pinned_tag(repository, digest))
     return names
 
 
@@ -490,9 +490,10 @@ def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_en
     entrypoints = dr.option_values(parsed, "--entrypoint")
     runs = list(parsed["args"])
     if config_path:
-        if runs[-2:] != ["--config", str(config_path)]:
+        if runs[-2:] == ["--config", str(config_path)]:
+            runs = runs[:-2]
+        else:
             out.append("argv: the unit does not end with --config %s (the engine's key file)" % config_path)
-        runs = runs[:-2] if runs[-2:] == ["--config", str(config_path)] else runs
     if (entrypoints[-1] if entrypoints else None) != want_entrypoint:
         out.append("argv: the unit's entrypoint is %s, the signed release's %s"
                    % (entrypoints[-1] if entrypoints else "the image's", want_entrypoint or "the image's"))
