@@ -166,11 +166,44 @@ def release_signature_problem(entry, release_keys=None, revoked=None, today=None
     return ""
 
 
+def release_eval_set(eval_set):
+    """What a release signs of the evaluation set that verify.yml judges it by (the parsed file of
+    serving_verify_eval_set_file): {name, version, pass_threshold, cases (how many), sha256
+    (rs.document_digest of the whole set: every prompt and expected result)}; None for no set.
+    The first four are for the reviewer; the digest is what binds."""
+    if eval_set is None:
+        return None
+    data = eval_set if isinstance(eval_set, dict) else {}
+    cases = data.get("cases")
+    return {"name": data.get("name"), "version": data.get("version"), "pass_threshold": data.get("pass_threshold"),
+            "cases": len(cases) if isinstance(cases, list) else None, "sha256": rs.document_digest(eval_set)}
+
+
+def release_eval_set_problem(release, eval_set, path=""):
+    """Why the evaluation set about to run may not judge the node's signed release, or '' when it
+    may. release: serving_spec.release (None for an unsigned deployment: nothing to compare);
+    eval_set: release_eval_set of the set that would run; path: its file, named in the message."""
+    if not isinstance(release, dict) or not release:
+        return ""
+    signed = release.get("eval_set")
+    rid = "%s (key '%s')" % (str(release.get("digest") or "?")[:16], release.get("key"))
+    if not isinstance(signed, dict) or not signed.get("sha256"):
+        return ("the signed release %s names no evaluation set, so nothing says which results approve it: plan "
+                "again (release-part.json names the set in eval_set) and have the release signed again" % rid)
+    if not isinstance(eval_set, dict) or eval_set.get("sha256") != signed["sha256"]:
+        return ("the evaluation set %s (%s, sha256 %s) is not the one the signed release %s names (%s, sha256 %s): "
+                "point serving_verify_eval_set_file at the signed set, or plan with this set and have the release "
+                "signed again" % (path or "given", (eval_set or {}).get("name"), str((eval_set or {}).get("sha256"))[:16],
+                                  rid, signed.get("name"), str(signed["sha256"])[:16]))
+    return ""
+
+
 class FilterModule(object):
     """release_entries, release_status, release_kept_mismatch, release_rollback_target,
-    release_signature_problem, rollout_problems."""
+    release_signature_problem, rollout_problems, release_eval_set, release_eval_set_problem."""
 
     def filters(self):
         return {"release_entries": release_entries, "release_status": release_status,
                 "release_kept_mismatch": release_kept_mismatch, "release_rollback_target": release_rollback_target,
-                "release_signature_problem": release_signature_problem, "rollout_problems": rollout_problems}
+                "release_signature_problem": release_signature_problem, "rollout_problems": rollout_problems,
+                "release_eval_set": release_eval_set, "release_eval_set_problem": release_eval_set_problem}

@@ -932,19 +932,21 @@ def serving_resolve(inputs, tables):
 RELEASE_PARTS = ("repo", "revision", "manifest_sha256", "profile", "engine", "images", "argv", "env")
 
 
-def release_part(spec):
+def release_part(spec, eval_set=None):
     """The project's part of a release document (predicate.mm3_release) for serving_spec: the
     weights (repository, revision, manifest sha256), the profile and engine, the image, and the
     engine's exact argv and environment as the unit runs them (engine_env: the entry's and the
-    container's, with HF_HUB_OFFLINE). plan.yml writes it for review;
-    tools/release_sign.py signs it together with the manifest's files."""
+    container's, with HF_HUB_OFFLINE), and the evaluation set verify.yml judges the release by
+    (eval_set: release_eval_set of it, which role serving_verify reads; checked there, not here).
+    plan.yml writes it for review; tools/release_sign.py signs it together with the manifest's
+    files."""
     spec = spec or {}
     weights = spec.get("weights") or {}
     return {"repo": weights.get("repo"), "revision": weights.get("revision"),
             "manifest_sha256": weights.get("manifest_sha256"), "profile": spec.get("profile"),
             "engine": spec.get("engine"), "images": [(spec.get("image") or {}).get("ref")],
             "argv": [str(t) for t in spec.get("command") or []],
-            "env": ["%s=%s" % pair for pair in ea.engine_env(spec)]}
+            "env": ["%s=%s" % pair for pair in ea.engine_env(spec)], "eval_set": eval_set}
 
 
 def release_verify(bundle, keys, revoked, today):
@@ -1018,7 +1020,8 @@ def release_check(spec, checked):
                       "signed, or plan again and have the new release-part.json signed." % (
                           checked["release_digest"][:16], checked["key"], ", ".join(differ))]
     return {"key": checked["key"], "key_id": checked["key_id"], "digest": checked["release_digest"],
-            "files": len(checked["entries"]), "manifest_sha256": planned["manifest_sha256"]}, []
+            "files": len(checked["entries"]), "manifest_sha256": planned["manifest_sha256"],
+            "eval_set": signed.get("eval_set")}, []
 
 
 def release_line(spec):

@@ -19,7 +19,8 @@
 #                                     the stranger's key put in place of the release, a tampered
 #                                     weights file, and drop-ins that swap the image or add an engine
 #                                     flag to what the unit runs; each must be refused, and pass
-#                                     again once undone.
+#                                     again once undone. verify.yml with an evaluation set the release
+#                                     does not name is refused before any request.
 #                                     Node1's unit and engine container must be unchanged throughout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -123,6 +124,18 @@ sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'
       echo "lab-release: diagnose.yml with the key revoked: release_refused first, naming key 'lab-release'"
     else
       echo "lab-release: diagnose.yml does not lead with release_refused naming the key (see $dir/diagnose-revoked.log, $report)" >&2; fail=1
+    fi
+    # The evaluation set judges the release only if it is the one the release names: verify.yml
+    # with the real model's set (another digest) is refused on node1 before any request.
+    log=$dir/refusal-eval-set.log
+    if ansible-playbook "${inv[@]}" -i "$dir/inventory.yml" playbooks/verify.yml --limit "$node" \
+         -e serving_verify_eval_set_file="$here/evals/minimax-m3.yml" > "$log" 2>&1; then
+      echo "lab-release: verify.yml ran another evaluation set on $node, not refused (see $log)" >&2; fail=1
+    elif ! grep -q "is not the one the signed release [0-9a-f]* (key 'lab-release') names (lab-tiny-m3" "$log" \
+         || grep -q "serving_verify checks against" "$log"; then
+      echo "lab-release: verify.yml with another evaluation set was not refused as it should be (see $log)" >&2; fail=1
+    else
+      echo "lab-release: another evaluation set refused on $node: $(grep -o 'the evaluation set [^:]*' "$log" | head -n1 | cut -c1-200)"
     fi
     # On node1: the unit's own start checks, run as the unit runs them (its ExecStartPre lines),
     # while the engine keeps serving. Each tampering must be refused, and the check pass once undone.

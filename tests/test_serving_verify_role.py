@@ -173,3 +173,43 @@ def test_bad_client_names_and_a_missing_set_are_refused_before_any_request(tmp_p
         assert needle in msg, msg
     assert report is None or not report.get("results")  # no check ran
     assert MAIN_KEY not in text and LIMITS_KEY not in text
+
+
+def test_a_signed_release_is_judged_only_by_the_evaluation_set_it_names(tmp_path):
+    """Issue 33: the release names its evaluation set (release-part.json's eval_set, as the plan
+    writes it: serving_release_part of the resolved spec with role serving_verify's
+    release_eval_set). With that release deployed, another set - here the same set with a lower
+    threshold - is refused before any request; the signed set passes the refusal."""
+    from helpers import load_source, openssl_ec_keys
+    from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
+
+    serving = load_source("mm3_serving_filters_vr", os.path.join(ROOT, "filter_plugins", "serving.py"))
+    release = load_source("mm3_release_filters_vr", os.path.join(ROOT, "filter_plugins", "release.py"))
+    signed_set, weaker = tmp_path / "signed.yml", tmp_path / "weaker.yml"
+    signed_set.write_text(yaml.safe_dump(EVAL_SET))
+    weaker.write_text(yaml.safe_dump(dict(EVAL_SET, pass_threshold=0.1)))
+    values = node_vars(9, serving_weights_manifest_sha256="c" * 64, serving_verify_checks=["eval"],
+                       serving_verify_eval_set_file=str(signed_set))
+    # What this node runs, resolved by the serving role as on the node; the part the plan writes of it
+    spec_out = tmp_path / "spec.json"
+    runner, text = run_playbook("tests/playbooks/serving-resolve.yml", tmp_path / "resolve",
+                                extravars=dict(values, spec_out=str(spec_out)))
+    assert runner.rc == 0, text[-2000:]
+    part = serving.release_part(json.loads(spec_out.read_text()), release.release_eval_set(EVAL_SET))
+    key = openssl_ec_keys(str(tmp_path))["site"]
+    bundle = json.dumps(rs.sign(rs.statement("tiny", [("config.json", "1" * 64)], release=part), key[0]))
+    values.update(serving_release_keys=[{"name": "site-2026", "public_key": key[1]}],
+                  serving_release_bundle=bundle)
+
+    for sub in ("weaker", "signed"):
+        (tmp_path / sub).mkdir()
+    runner, text, _report = verify(tmp_path / "weaker", dict(values, serving_verify_eval_set_file=str(weaker)))
+    msg = failures(runner).get(REFUSAL_TASK)
+    assert runner.rc != 0 and msg, (failures(runner), text[-2000:])
+    assert "the evaluation set %s (role-test, sha256 " % weaker in msg, msg
+    assert "is not the one the signed release" in msg and "(key 'site-2026') names (role-test, sha256 " in msg, msg
+    assert "Run the serving_verify checks" not in text  # nothing was asked of the engine
+
+    runner, text, _report = verify(tmp_path / "signed", values)
+    assert REFUSAL_TASK not in failures(runner), failures(runner)
+    assert "Run the serving_verify checks" in text  # the signed set runs (against no engine here)

@@ -124,3 +124,51 @@ def test_rollback_target_is_the_newest_earlier_release_not_rolled_back_from():
     # the release of a rollout's start, by id: its newest entry
     hist = [_e("a"), _e("b"), _e("a"), _e("c")]
     assert t(hist, "a") is hist[2] and t(hist, "zzz") == {}
+
+
+# --- the evaluation set a signed release names (issue 33) ----------------------------------------
+
+def _eval_set(path="evals/lab-tiny-m3.yml"):
+    import yaml
+    with open(os.path.join(ROOT, path)) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_a_release_names_the_evaluation_set_by_the_digest_of_its_content():
+    data = _eval_set()
+    summary = rel.release_eval_set(data)
+    assert (summary["name"], summary["version"], summary["cases"]) == (data["name"], data["version"], len(data["cases"]))
+    assert summary["pass_threshold"] == data["pass_threshold"]
+    # the digest is the content's: the same set, keys in another order, is the same set ...
+    assert rel.release_eval_set(json.loads(json.dumps(data), object_pairs_hook=lambda p: dict(reversed(p))))[
+        "sha256"] == summary["sha256"]
+    # ... and one expected result changed, or the threshold lowered, is another
+    weaker = json.loads(json.dumps(data))
+    weaker["cases"][0]["expect"] = {"non_empty": True}
+    assert rel.release_eval_set(weaker)["sha256"] != summary["sha256"]
+    lower = dict(data, pass_threshold=0.1)
+    assert rel.release_eval_set(lower)["sha256"] != summary["sha256"]
+    assert rel.release_eval_set(None) is None
+    # the two sets the project ships are two sets
+    assert rel.release_eval_set(_eval_set("evals/minimax-m3.yml"))["sha256"] != summary["sha256"]
+
+
+def test_only_the_set_a_signed_release_names_may_judge_it():
+    signed_set = rel.release_eval_set(_eval_set())
+    release = {"key": "lab-release", "digest": "e" * 64, "eval_set": signed_set}
+    assert rel.release_eval_set_problem(release, signed_set, "evals/lab-tiny-m3.yml") == ""
+    # unsigned: nothing to compare
+    assert rel.release_eval_set_problem(None, rel.release_eval_set(_eval_set("evals/minimax-m3.yml"))) == ""
+    other = rel.release_eval_set(_eval_set("evals/minimax-m3.yml"))
+    msg = rel.release_eval_set_problem(release, other, "evals/minimax-m3.yml")
+    assert msg.startswith("the evaluation set evals/minimax-m3.yml (minimax-m3-core, sha256 %s) is not the one "
+                          "the signed release eeeeeeeeeeeeeeee (key 'lab-release') names (%s, sha256 %s)"
+                          % (other["sha256"][:16], signed_set["name"], signed_set["sha256"][:16])), msg
+    assert "point serving_verify_eval_set_file at the signed set" in msg
+    weaker = json.loads(json.dumps(_eval_set()))
+    weaker["pass_threshold"] = 0.1
+    assert "is not the one the signed release" in rel.release_eval_set_problem(release, rel.release_eval_set(weaker))
+    # a release signed before releases named their set (version 1), or without one: refused, naming the fix
+    for old in ({"key": "k", "digest": "d" * 64}, dict(release, eval_set=None)):
+        assert "names no evaluation set" in rel.release_eval_set_problem(old, signed_set)
+    assert "is not the one" in rel.release_eval_set_problem(release, None)

@@ -112,6 +112,18 @@ def test_the_release_part_is_what_the_unit_runs():
     assert part["manifest_sha256"] == PIN and part["revision"] == "a" * 40
 
 
+def test_the_release_names_its_evaluation_set_and_the_spec_carries_the_signed_one(keys):
+    """The plan passes the set (role serving_verify's release_eval_set); the serving resolution does
+    not judge it (verify.yml does, before it runs the set) but hands the signed one on."""
+    named = {"name": "site-evals", "version": 3, "pass_threshold": 0.9, "cases": 12, "sha256": "5" * 64}
+    assert serving.release_part(resolve())["eval_set"] is None
+    assert serving.release_part(resolve(), named)["eval_set"] == named
+    bundle = signed_release(keys, eval_set=named)
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys))
+    assert spec["blockers"] == [] and spec["release"]["eval_set"] == named
+    assert json.loads(rs.envelope(bundle)[0])["predicate"]["mm3_release"]["version"] == 2
+
+
 def test_the_status_line_names_the_key_the_refusal_or_unsigned(keys):
     """playbooks/status.yml's part on the signed release (serving_release_line)."""
     bundle = signed_release(keys)

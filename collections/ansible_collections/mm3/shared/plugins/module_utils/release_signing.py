@@ -11,7 +11,8 @@ https://model_signing/signature/v1.0), signed in a sigstore bundle v0.3 holding 
   or verifying adds no hashing;
 - predicate.serialization: method files, sha256, no symlinks, the ignored paths;
 - predicate.mm3_release: what the project adds (repository, revision, image digests, profile,
-  engine argv, gateway policy, evaluation set). model-signing's verifier ignores the extra key, so
+  engine argv and environment, and the evaluation set by its digest: document_digest).
+  model-signing's verifier ignores the extra key, so
   the upstream `model_signing verify key` CLI accepts a bundle made here, and a bundle the CLI
   made (weights only, no mm3_release) is accepted here.
 
@@ -44,7 +45,8 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://model_signing/signature/v1.0"
 RELEASE_KEY = "mm3_release"
-RELEASE_VERSION = 1
+# 2: the release part names the evaluation set (eval_set); 1 had none.
+RELEASE_VERSION = 2
 CURVE_HASH = {"secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
 
 
@@ -86,6 +88,14 @@ def statement(name, entries, ignore_paths=(), release=None):
 def payload_bytes(document):
     """The bytes a statement is signed as (sorted keys, two-space indent: reviewable as text)."""
     return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+
+
+def document_digest(document):
+    """The sha256 of a document (a parsed YAML or JSON value) as canonical JSON: sorted keys, no
+    spaces, UTF-8. What a release signs of a document it binds by digest (the evaluation set): its
+    content, not its formatting, so a comment or a reordered key needs no new signature."""
+    return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                     default=str).encode()).hexdigest()
 
 
 def release_digest(payload):
