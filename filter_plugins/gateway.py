@@ -15,6 +15,7 @@ key in clear.
 """
 from __future__ import annotations
 
+import copy
 import datetime
 import hashlib
 import re
@@ -113,18 +114,54 @@ def clients_resolve(clients):
                             "its own (limits and logs are per key)." % (seen_digests[digest], name))
             continue
         seen_digests[digest] = name
-        entry = {"name": name, "key_sha256": digest}
-        for setting, default in CLIENT_DEFAULTS.items():
-            low, high = CLIENT_LIMITS[setting]
-            value = client.get(setting, default)
-            number = v.whole_number(value, low, high)
-            if number is None:
-                blockers.append("gateway client '%s' %s is %r: set a whole number between %d and %d."
-                                % (name, setting, value, low, high))
-                number = default
-            entry[setting] = number
-        resolved.append(entry)
+        limits, problems = client_limits(name, client)
+        blockers += problems
+        resolved.append(dict({"name": name, "key_sha256": digest}, **limits))
     return resolved, blockers
+
+
+def client_limits(name, client):
+    """({setting: whole number} of CLIENT_DEFAULTS for one gateway_clients entry, the default
+    where it leaves one out, blockers for a value out of CLIENT_LIMITS). Never reads the key."""
+    limits, blockers = {}, []
+    for setting, default in CLIENT_DEFAULTS.items():
+        low, high = CLIENT_LIMITS[setting]
+        value = client.get(setting, default)
+        number = v.whole_number(value, low, high)
+        if number is None:
+            blockers.append("gateway client '%s' %s is %r: set a whole number between %d and %d."
+                            % (name, setting, value, low, high))
+            number = default
+        limits[setting] = number
+    return limits, blockers
+
+
+def gateway_policy(clients, allowed_networks=None, metrics_networks=None, media_allowlist=None):
+    """What the gateway lets clients do, as a signed release binds it (issue 33; the serving role
+    compares it with the release's gateway_policy): every client's name and limits (the totals,
+    before limit_share divides them among instances), the client and metrics networks, the media
+    allowlist and the client paths; sorted, so the order of the inventory's lists does not count.
+    The keys are not part of it: a client's key is rotated without a new release (adding or
+    removing a client is a new release). None when an input is one gateway_resolve refuses (the
+    gateway role then names it)."""
+    if not isinstance(clients, list) or not clients:
+        return None
+    entries = []
+    for client in clients:
+        if not isinstance(client, dict) or not v.is_plain_name(client.get("name")):
+            return None
+        limits, problems = client_limits(client["name"], client)
+        if problems:
+            return None
+        entries.append(dict({"name": client["name"]}, **limits))
+    allowed, problems = v.networks(allowed_networks if allowed_networks is not None else [], "gateway_allowed_networks")
+    metrics, more = v.networks(metrics_networks if metrics_networks is not None else [], "gateway_metrics_networks")
+    media, media_problems = media_allowlist_problems(media_allowlist if media_allowlist is not None else [])
+    if problems or more or media_problems or len({c["name"] for c in entries}) != len(entries):
+        return None
+    return {"clients": sorted(entries, key=lambda c: c["name"]), "allowed_networks": sorted(set(allowed)),
+            "metrics_networks": sorted(set(metrics)), "media_allowlist": media,
+            "client_paths": copy.deepcopy(CLIENT_PATHS)}
 
 
 def media_allowlist_problems(entries):
@@ -409,7 +446,7 @@ def gateway_keys_map(spec):
 
 class FilterModule(object):
     """gateway_resolve, gateway_blockers_text, gateway_keys_map, gateway_client, gateway_limit_share_default,
-    gateway_private_paths, gateway_fleet_upstreams, gateway_pool_name."""
+    gateway_private_paths, gateway_fleet_upstreams, gateway_pool_name, gateway_policy."""
 
     def filters(self):
         return {
@@ -421,4 +458,5 @@ class FilterModule(object):
             "gateway_private_paths": private_paths,
             "gateway_fleet_upstreams": fleet_upstreams,
             "gateway_pool_name": pool_name,
+            "gateway_policy": gateway_policy,
         }

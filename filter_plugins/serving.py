@@ -559,7 +559,8 @@ INPUTS = ("profile", "engine", "allow_inferred", "bind_address", "port", "api_ke
           "image", "allow_unpinned_image", "weights_revision", "weights_manifest_sha256", "weights_root",
           "profile_overrides", "tuning", "capabilities", "gpu_count", "allow_request_logging", "gateway",
           "media_domains", "allow_container_privileges", "host", "imex_domain", "imex_domain_members",
-          "max_output_tokens", "release_bundle", "release_keys", "release_revoked", "release_today")
+          "max_output_tokens", "release_bundle", "release_keys", "release_revoked", "release_today",
+          "gateway_policy")
 TABLES = ("matrix", "weights_repos", "engines", "device_args", "tuning_presets", "flag_ranges", "flag_sources",
           "engine_args", "vendor_container_notes")
 
@@ -904,6 +905,9 @@ def serving_resolve(inputs, tables):
         # what the vendor's own container instructions add and why the project does not (the plan prints it)
         container_notes=list((table("vendor_container_notes") or {}).get(gpu["vendor"]) or []),
     )
+    # What the gateway in front lets clients do (filter gateway_policy of the gateway role's
+    # inputs), which a release binds; None without a gateway.
+    spec["gateway_policy"] = get("gateway_policy") if spec.get("gateway") else None
     # The signed release, where release keys are listed: it must be what this spec runs, and it
     # gives the manifest pin when the inventory sets none.
     release, differ = release_check(spec, verified) if verified else (None, [])
@@ -929,15 +933,16 @@ def serving_resolve(inputs, tables):
 # --- Signed releases (issue 33): the release part the plan writes, and its check -----------------
 
 # What a release binds, in the order a refusal names the parts that differ.
-RELEASE_PARTS = ("repo", "revision", "manifest_sha256", "profile", "engine", "images", "argv", "env")
+RELEASE_PARTS = ("repo", "revision", "manifest_sha256", "profile", "engine", "images", "argv", "env", "gateway_policy")
 
 
 def release_part(spec, eval_set=None):
     """The project's part of a release document (predicate.mm3_release) for serving_spec: the
     weights (repository, revision, manifest sha256), the profile and engine, the image, and the
     engine's exact argv and environment as the unit runs them (engine_env: the entry's and the
-    container's, with HF_HUB_OFFLINE), and the evaluation set verify.yml judges the release by
-    (eval_set: release_eval_set of it, which role serving_verify reads; checked there, not here).
+    container's, with HF_HUB_OFFLINE), what the gateway in front lets clients do (gateway_policy,
+    None without a gateway), and the evaluation set verify.yml judges the release by (eval_set:
+    release_eval_set of it, which role serving_verify reads; checked there, not here).
     plan.yml writes it for review; tools/release_sign.py signs it together with the manifest's
     files."""
     spec = spec or {}
@@ -946,7 +951,8 @@ def release_part(spec, eval_set=None):
             "manifest_sha256": weights.get("manifest_sha256"), "profile": spec.get("profile"),
             "engine": spec.get("engine"), "images": [(spec.get("image") or {}).get("ref")],
             "argv": [str(t) for t in spec.get("command") or []],
-            "env": ["%s=%s" % pair for pair in ea.engine_env(spec)], "eval_set": eval_set}
+            "env": ["%s=%s" % pair for pair in ea.engine_env(spec)], "gateway_policy": spec.get("gateway_policy"),
+            "eval_set": eval_set}
 
 
 def release_verify(bundle, keys, revoked, today):

@@ -12,8 +12,8 @@
 #                                     add, so node1 only ever serves the signed release.
 #   scripts/lab-release.sh refusals   on the running, signed lab. On the controller: serve.yml with a
 #                                     revoked key, a release signed by a key not listed, an engine
-#                                     flag, an image and a revision that are not the signed ones; each
-#                                     must be refused naming the part. On node1, the unit's own start
+#                                     flag, an image, a gateway policy and a revision that are not the
+#                                     signed ones; each must be refused naming the part. On node1, the unit's own start
 #                                     checks (its ExecStartPre lines, run as the unit runs them): the
 #                                     key revoked by playbooks/release-trust.yml, a bundle signed by
 #                                     the stranger's key put in place of the release, a tampered
@@ -101,6 +101,7 @@ revoked key|{"serving_release_revoked": ["lab-release"]}|inventory.yml|which rel
 unknown key|{}|inventory-stranger.yml|which is not in release_keys
 edited engine flag|{"serving_max_output_tokens": 300}|inventory.yml|in: argv.
 swapped image|{"serving_image": {"repository": "127.0.0.1:5000/mm3-lab/vllm-cpu", "digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000"}}|inventory.yml|in: images.
+wider gateway policy|{"gateway_media_allowlist": ["images.example"]}|inventory.yml|in: gateway_policy.
 another revision|{"serving_weights_revision": "{{ lab_rollout_revision }}", "serving_weights_manifest_sha256": "{{ lab_rollout_manifest_sha256 }}"}|inventory.yml|in: revision, manifest_sha256.
 CASES
     # The revoked key as status.yml reports it (it reads only): the line names the key.

@@ -244,3 +244,49 @@ def test_a_share_that_leaves_an_instance_nothing_is_refused(pems, share, clients
 ])
 def test_the_default_share_follows_the_topology(groups, host, share):
     assert gateway.limit_share_default(groups, host) == share
+
+
+# --- the policy a signed release binds (issue 33) -------------------------------------------------
+
+class _SealedKey(dict):
+    """A client entry whose key cannot be read: the policy must not need it (a vaulted key is
+    decrypted on access)."""
+
+    def __getitem__(self, item):
+        if item == "key":
+            raise AssertionError("gateway_policy read a client's key")
+        return dict.__getitem__(self, item)
+
+    def get(self, item, default=None):
+        if item == "key":
+            raise AssertionError("gateway_policy read a client's key")
+        return dict.get(self, item, default)
+
+
+def test_the_policy_is_names_limits_networks_media_and_paths_never_keys():
+    clients = [_SealedKey(name="b-app", key=KEY_B, requests_per_minute=60),
+               _SealedKey(name="a-app", key=KEY_A, concurrent="4")]
+    policy = gateway.gateway_policy(clients, ["10.20.0.0/16", " 10.1.2.3 "], [], ["Images.Intranet."])
+    assert policy == {
+        "clients": [dict(gateway.CLIENT_DEFAULTS, name="a-app", concurrent=4),
+                    dict(gateway.CLIENT_DEFAULTS, name="b-app", requests_per_minute=60)],
+        "allowed_networks": ["10.1.2.3/32", "10.20.0.0/16"], "metrics_networks": [],
+        "media_allowlist": ["images.intranet"], "client_paths": gateway.CLIENT_PATHS}
+    assert json.dumps(policy) and KEY_A not in json.dumps(policy)
+    # the order of the inventory's lists is not policy; a limit, a network, a host or a client is
+    assert gateway.gateway_policy(list(reversed(clients)), ["10.1.2.3", "10.20.0.0/16"], [], ["images.intranet"]) == policy
+    for other in (gateway.gateway_policy([dict(clients[0], requests_per_minute=61), clients[1]],
+                                         ["10.20.0.0/16", "10.1.2.3"], [], ["images.intranet"]),
+                  gateway.gateway_policy(clients, ["10.20.0.0/16"], [], ["images.intranet"]),
+                  gateway.gateway_policy(clients, ["10.20.0.0/16", "10.1.2.3"], [], []),
+                  gateway.gateway_policy(clients[:1], ["10.20.0.0/16", "10.1.2.3"], [], ["images.intranet"])):
+        assert other and other != policy
+    # a new key for a client is the same policy (keys rotate without a new release)
+    assert gateway.gateway_policy([dict(name="b-app", key="x" * 40, requests_per_minute=60), clients[1]],
+                                  ["10.20.0.0/16", "10.1.2.3"], [], ["images.intranet"]) == policy
+    # what the gateway role refuses has no policy (the role names the fix)
+    for bad in (dict(clients=[]), dict(clients=[{"name": "Bad Name"}]),
+                dict(clients=[{"name": "a", "concurrent": 0}]), dict(clients=[{"name": "a"}, {"name": "a"}]),
+                dict(clients=[{"name": "a"}], allowed_networks=["not-a-net"]),
+                dict(clients=[{"name": "a"}], media_allowlist=["http://x"])):
+        assert gateway.gateway_policy(**bad) is None, bad

@@ -124,6 +124,32 @@ def test_the_release_names_its_evaluation_set_and_the_spec_carries_the_signed_on
     assert json.loads(rs.envelope(bundle)[0])["predicate"]["mm3_release"]["version"] == 2
 
 
+POLICY = {"clients": [{"name": "app", "requests_per_minute": 600, "concurrent": 16, "max_body_bytes": 2097152,
+                       "max_tokens": 8192}], "allowed_networks": ["10.20.0.0/16"], "metrics_networks": [],
+          "media_allowlist": [], "client_paths": [{"path": "/v1/chat/completions", "methods": ["POST"], "body": True}]}
+
+
+def test_the_release_binds_the_gateway_policy(keys):
+    """With a gateway in front, what it lets clients do is part of the release: another limit, a
+    new client or network, or no gateway at all differs in gateway_policy, refused before anything
+    changes; without a gateway the part is null."""
+    gated = dict(gateway=True, bind_address="127.0.0.1", gateway_policy=POLICY)
+    part = serving.release_part(resolve(**gated))
+    assert part["gateway_policy"] == POLICY and serving.release_part(resolve())["gateway_policy"] is None
+    bundle = json.dumps(rs.sign(rs.statement("MiniMax-M3", FILES, release=part), keys["site"][0]))
+    assert resolve(release_bundle=bundle, release_keys=listed(keys), **gated)["blockers"] == []
+    wider = dict(POLICY, media_allowlist=["images.example"])
+    for inputs in (dict(gated, gateway_policy=wider), dict(gated, gateway_policy=None),
+                   dict(gated, gateway=False, bind_address="0.0.0.0", api_key="k" * 40)):
+        text = "\n".join(resolve(release_bundle=bundle, release_keys=listed(keys), **inputs)["blockers"])
+        assert "differs from the signed release" in text and "in: gateway_policy." in text, (inputs, text)
+    # a release signed without a gateway is refused behind one
+    text = "\n".join(resolve(release_bundle=signed_release(keys), release_keys=listed(keys), **gated)["blockers"])
+    assert "in: gateway_policy." in text, text
+    # the policy is not read without a gateway
+    assert resolve(gateway_policy=POLICY)["gateway_policy"] is None
+
+
 def test_the_status_line_names_the_key_the_refusal_or_unsigned(keys):
     """playbooks/status.yml's part on the signed release (serving_release_line)."""
     bundle = signed_release(keys)

@@ -11,7 +11,8 @@ https://model_signing/signature/v1.0), signed in a sigstore bundle v0.3 holding 
   or verifying adds no hashing;
 - predicate.serialization: method files, sha256, no symlinks, the ignored paths;
 - predicate.mm3_release: what the project adds (repository, revision, image digests, profile,
-  engine argv and environment, and the evaluation set by its digest: document_digest).
+  engine argv and environment, the gateway's policy, and the evaluation set by its digest:
+  document_digest).
   model-signing's verifier ignores the extra key, so
   the upstream `model_signing verify key` CLI accepts a bundle made here, and a bundle the CLI
   made (weights only, no mm3_release) is accepted here.
@@ -45,7 +46,8 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://model_signing/signature/v1.0"
 RELEASE_KEY = "mm3_release"
-# 2: the release part names the evaluation set (eval_set); 1 had none.
+# 2: the release part names the gateway's policy (gateway_policy) and the evaluation set (eval_set);
+# 1 had neither.
 RELEASE_VERSION = 2
 CURVE_HASH = {"secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
 
