@@ -101,7 +101,7 @@ revoked key|{"serving_release_revoked": ["lab-release"]}|inventory.yml|which rel
 unknown key|{}|inventory-stranger.yml|which is not in release_keys
 edited engine flag|{"serving_max_output_tokens": 300}|inventory.yml|in: argv.
 swapped image|{"serving_image": {"repository": "127.0.0.1:5000/mm3-lab/vllm-cpu", "digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000"}}|inventory.yml|in: images.
-wider gateway policy|{"gateway_media_allowlist": ["images.example"]}|inventory.yml|in: gateway_policy.
+another gateway policy|{"gateway_metrics_networks": ["10.99.0.0/16"]}|inventory.yml|in: gateway_policy.
 another revision|{"serving_weights_revision": "{{ lab_rollout_revision }}", "serving_weights_manifest_sha256": "{{ lab_rollout_manifest_sha256 }}"}|inventory.yml|in: revision, manifest_sha256.
 CASES
     # The revoked key as status.yml reports it (it reads only): the line names the key.
@@ -136,7 +136,7 @@ sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'
          || grep -q "serving_verify checks against" "$log"; then
       echo "lab-release: verify.yml with another evaluation set was not refused as it should be (see $log)" >&2; fail=1
     else
-      echo "lab-release: another evaluation set refused on $node: $(grep -o 'the evaluation set [^:]*' "$log" | head -n1 | cut -c1-200)"
+      echo "lab-release: another evaluation set refused on $node: ...$(grep -o "is not the one the signed release [0-9a-f]* (key 'lab-release') names ([^)]*)" "$log" | head -n1)..."
     fi
     # On node1: the unit's own start checks, run as the unit runs them (its ExecStartPre lines),
     # while the engine keeps serving. Each tampering must be refused, and the check pass once undone.
