@@ -17,8 +17,8 @@
 #                                     checks (its ExecStartPre lines, run as the unit runs them): the
 #                                     key revoked by playbooks/release-trust.yml, a bundle signed by
 #                                     the stranger's key put in place of the release, a tampered
-#                                     weights file, and drop-ins that swap the image or add an engine
-#                                     flag to what the unit runs; each must be refused, and pass
+#                                     weights file, and drop-ins that swap the image, add an engine
+#                                     flag or mount other weights; each must be refused, and pass
 #                                     again once undone. verify.yml with an evaluation set the release
 #                                     does not name is refused before any request.
 #                                     Node1's unit and engine container must be unchanged throughout.
@@ -184,8 +184,9 @@ sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'
     docker exec "$node" sh -c "cp -p /tmp/lab-README.md $wdir/README.md && rm /tmp/lab-README.md"
     node_passes "the tampered file" "$weights_check"
     # What the unit runs, changed by a drop-in (systemd reloaded, the engine not restarted): the
-    # release check reads ExecStart as systemd holds it, so the image swapped for another digest
-    # and an engine flag added are each refused naming the part, and pass once the drop-in is gone.
+    # release check reads ExecStart as systemd holds it, so the image swapped for another digest,
+    # an engine flag added and another directory mounted at the weights' path are each refused
+    # naming the part, and pass once the drop-in is gone.
     # dropin_case NAME FRAGMENT OLD NEW: the unit's ExecStart line with every OLD replaced by NEW
     # (OLD empty: NEW appended).
     dropin_case() {
@@ -210,6 +211,7 @@ PY
              | $py -c 'import json, sys; print(json.load(sys.stdin)["serving_image"]["digest"].split(":")[1])')
     dropin_case "a drop-in that swaps the image" "images: the unit runs" "$digest" "$(printf '0%.0s' $(seq 64))"
     dropin_case "a drop-in that adds an engine flag" "argv: it adds '--max-model-len 2048'" "" "--max-model-len 2048"
+    dropin_case "a drop-in that mounts other weights" "mounts: -v /tmp:" "$wdir:" "/tmp:"
     [ "$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)" = "$unit_before" ] \
       || { echo "lab-release: a refused release changed the unit on $node" >&2; fail=1; }
     [ "$(docker exec "$node" docker inspect --format '{{.Id}} {{.State.StartedAt}}' minimax-m3)" = "$engine_before" ] \

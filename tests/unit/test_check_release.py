@@ -240,6 +240,13 @@ def _edit(argv, old, new):
     ("entrypoint replaced", "argv: the unit's entrypoint is /bin/sh, the signed release's the image's"),
     ("docker option unknown to the check", "option --foo, which this check does not know"),
     ("a drop-in adds a second ExecStart", "the unit has 2 ExecStart commands"),
+    ("weights mounted from another directory", "mounts: -v /srv/other:/models/MiniMax-M3:ro mounts /srv/other at "
+                                               "/models/MiniMax-M3, where the engine reads the verified weights"),
+    ("weights mounted writable", "mounts /data/models/MiniMaxAI/MiniMax-M3/%s at /models/MiniMax-M3 writable" % ("a" * 40)),
+    ("a file mounted over a shard", "mounts /tmp/evil at /models/MiniMax-M3/model-00001-of-00001.safetensors"),
+    ("a tmpfs over the weights", "--tmpfs /models/MiniMax-M3/ mounts a tmpfs at /models/MiniMax-M3"),
+    ("another container's volumes", "--volumes-from other brings another container's mounts"),
+    ("no weights mounted", "nothing is mounted at /models/MiniMax-M3"),
 ])
 def test_the_node_refuses_a_unit_that_does_not_run_the_signed_release(tmp_path, keys, case, fragment):
     """The unit's ExecStart as systemd holds it (a drop-in or a hand edit included) must run the
@@ -270,6 +277,17 @@ def test_the_node_refuses_a_unit_that_does_not_run_the_signed_release(tmp_path, 
     elif case == "a drop-in adds a second ExecStart":
         reply = busctl_reply(argv)
         reply["data"].append(reply["data"][0])
+    elif case.startswith("weights mounted") or case == "no weights mounted":
+        mount = "%s:%s:ro" % (spec["weights"]["dir"], spec["weights"]["container_dir"])
+        new = {"weights mounted from another directory": ["-v", "/srv/other:%s:ro" % spec["weights"]["container_dir"]],
+               "weights mounted writable": ["-v", mount[:-3]], "no weights mounted": []}[case]
+        argv = argv[:argv.index(mount) - 1] + new + argv[argv.index(mount) + 1:]
+    elif case == "a file mounted over a shard":
+        argv = argv[:2] + ["-v", "/tmp/evil:%s/%s:ro" % (spec["weights"]["container_dir"], FILES[1][0])] + argv[2:]
+    elif case == "a tmpfs over the weights":
+        argv = argv[:2] + ["--tmpfs", spec["weights"]["container_dir"] + "/"] + argv[2:]
+    elif case == "another container's volumes":
+        argv = argv[:2] + ["--volumes-from", "other"] + argv[2:]
     rc, out = node(tmp_path, spec, exec_argv=argv, reply=reply)
     assert rc == 1, out
     assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
@@ -285,6 +303,35 @@ def test_the_node_starts_the_signed_image_under_image_carrys_tag(tmp_path, keys)
     assert any(token.split("=", 1)[0] in spec["jit_cache"]["env"] for token in argv), "no JIT variable to allow"
     rc, out = node(tmp_path, spec, exec_argv=argv)
     assert rc == 0, out
+
+
+def test_the_weights_mounted_with_docker_mount_start(tmp_path, keys):
+    """The verified weights may be mounted with --mount's CSV as well as -v: what counts is the
+    directory, the target and read-only, as Docker reads them."""
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    argv = exec_start_argv(spec)
+    mount = "%s:%s:ro" % (spec["weights"]["dir"], spec["weights"]["container_dir"])
+    index = argv.index(mount)
+    csv = "type=bind,src=%s/,dst=%s,readonly" % (spec["weights"]["dir"], spec["weights"]["container_dir"])
+    rc, out = node(tmp_path, spec, exec_argv=argv[:index - 1] + ["--mount", csv] + argv[index + 1:])
+    assert rc == 0, out
+
+
+def test_docker_mounts_are_read_as_docker_reads_them():
+    from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
+    parsed = dr.parse_run(["docker", "run", "-v", "/w:/models:ro,z", "--volume=cache:/c", "-v", "/anon",
+                           "--mount", "type=bind,source=/w,target=/models/x/../y,ro=true",
+                           "--mount=type=volume,dst=/v", "--tmpfs", "/t:size=1g", "--volumes-from", "c1", "img"])
+    got = [(m["option"], m["type"], m["source"], m["target"], m["readonly"]) for m in dr.mounts(parsed)]
+    assert got == [("-v", "bind", "/w", "/models", True), ("--volume", "volume", "cache", "/c", False),
+                   ("-v", "volume", None, "/anon", False), ("--mount", "bind", "/w", "/models/y", True),
+                   ("--mount", "volume", None, "/v", False), ("--tmpfs", "tmpfs", None, "/t", False),
+                   ("--volumes-from", "volumes-from", "c1", None, False)]
+    # beside the weights, other mounts (the engine's key file, the JIT cache) are not the check's
+    assert rs.mount_differences(dr.parse_run(["docker", "run", "-v", "/w:/models:ro", "-v", "/etc/k:/etc/k:ro",
+                                              "-v", "/jit:/root/.cache", "img"]), "/w/", "/models") == []
+    assert rs.mount_differences(dr.parse_run(["docker", "run", "-v", "/w:/models:ro", "-v", "/w:/models:ro", "img"]),
+                                "/w", "/models")[0].startswith("-v /w:/models:ro mounts /w at /models")
 
 
 def test_docker_run_is_read_as_dockers_cli_reads_it():

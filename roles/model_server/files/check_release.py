@@ -5,7 +5,8 @@ trusts (role model_server writes <config_dir>/release-trust.json from release_ke
 release_revoked; playbooks/release-trust.yml alone pushes a revocation), is the release the unit
 was rendered for, signs exactly the weights manifest on this node, and is what the unit runs: the
 unit's ExecStart as systemd parsed it (read over D-Bus with busctl, drop-ins and edits included)
-runs the signed image, environment and engine argv (release_signing.run_differences).
+runs the signed image, environment and engine argv, and mounts the verified weights where the
+engine reads them (release_signing.run_differences).
 
 No hashing and no network: the signature is checked over the bundle's payload, and the signed
 files are compared with the manifest; check_weights.py (the next ExecStartPre) binds the bytes
@@ -14,10 +15,13 @@ this node's own clock. The checks are release_signing's, the same code the contr
 with, imported by the same name from the collection layout the role installs beside this file.
 
 usage: check_release.py --bundle B --trust T --digest SHA256 --manifest M
-         [--unit NAME.service [--entrypoint=TOKEN]... [--config-path P] [--extra-env=NAME]...]
+         [--unit NAME.service [--entrypoint=TOKEN]... [--config-path P] [--extra-env=NAME]...
+          [--weights-dir D --weights-target C]]
   --entrypoint: the image's ENTRYPOINT as the plan knew it (serving_spec.entrypoint), one token each;
   --config-path: the engine's key file the unit passes as --config; --extra-env: a variable the
-  unit sets beyond the signed ones (the JIT caches').
+  unit sets beyond the signed ones (the JIT caches'); --weights-dir / --weights-target: the
+  directory check_weights.py verifies and the container path the engine reads the model at, which
+  the unit must mount read-only there, with nothing else mounted over it.
 """
 import argparse
 import hashlib
@@ -60,7 +64,7 @@ def problems(bundle_text, trust_text, digest, manifest_bytes, today=None, run=No
         return "the weights manifest on this node is not the signed one: %s" % "; ".join(differ)
     if run is not None:
         differ = rs.run_differences(signed, run["argv"], run.get("entrypoint") or (), run.get("config_path"),
-                                    run.get("extra_env") or ())
+                                    run.get("extra_env") or (), run.get("weights"))
         if differ:
             return ("the unit does not run the signed release (%s). Re-run playbooks/serve.yml (or rollback.yml), "
                     "and remove any drop-in or edit that changes its ExecStart." % "; ".join(differ))
@@ -105,7 +109,11 @@ def main(argv=None):
     ap.add_argument("--entrypoint", action="append", default=[])
     ap.add_argument("--config-path")
     ap.add_argument("--extra-env", action="append", default=[])
+    ap.add_argument("--weights-dir")
+    ap.add_argument("--weights-target")
     a = ap.parse_args(argv)
+    if bool(a.weights_dir) != bool(a.weights_target):
+        ap.error("--weights-dir and --weights-target go together")
     texts = {}
     for what, path, mode in (("bundle", a.bundle, "r"), ("trust", a.trust, "r"), ("manifest", a.manifest, "rb")):
         try:
@@ -119,7 +127,8 @@ def main(argv=None):
     if a.unit:
         try:
             run = {"argv": read_exec_start(a.unit), "entrypoint": a.entrypoint,
-                   "config_path": a.config_path, "extra_env": a.extra_env}
+                   "config_path": a.config_path, "extra_env": a.extra_env,
+                   "weights": (a.weights_dir, a.weights_target) if a.weights_dir else None}
         except ValueError as exc:
             print("minimax-m3: refusing to start: cannot read what %s runs: %s" % (a.unit, exc), file=sys.stderr)
             return 1

@@ -10,6 +10,8 @@ with parse_run and compares it with run_differences. Pure functions; nothing her
 
 from __future__ import annotations
 
+import posixpath
+
 # Options of `docker run` that take a value (docs.docker.com/reference/cli/docker/container/run/,
 # Docker 20.10 to 28): Docker's CLI (spf13/pflag, interspersed off) reads options up to the first
 # token that is none, the image; a value may follow as the next token or after '=' (a one-letter
@@ -112,3 +114,45 @@ def parse_run(argv):
 def option_values(parsed, *names):
     """The values of the options called any of `names`, in order."""
     return [value for name, value in parsed["options"] if name in names]
+
+
+def _mount_option(value):
+    """A --mount value (CSV of key=value, `readonly` alone allowed) as {type, source, target,
+    readonly}, as Docker reads it: src/source, dst/destination/target, ro/readonly."""
+    fields = {}
+    for item in str(value).split(","):
+        key, eq, val = item.strip().partition("=")
+        fields[key.strip().lower()] = val.strip() if eq else None
+    readonly = next((fields[k] for k in ("readonly", "ro") if k in fields), False)
+    return {"type": fields.get("type") or "volume",
+            "source": next((fields[k] for k in ("source", "src") if fields.get(k)), None),
+            "target": next((fields[k] for k in ("target", "destination", "dst") if fields.get(k)), None),
+            "readonly": readonly is None or str(readonly).lower() in ("1", "true")}
+
+
+def mounts(parsed):
+    """Every mount parse_run's options give the container, in order: [{option, value, type,
+    source, target, readonly}] - -v/--volume SRC:DST[:OPTS] (a single path: an anonymous
+    volume there; `ro` among OPTS: read-only), --mount CSV, --tmpfs DST[:OPTS] - with the target
+    normalised; --volumes-from is returned with target None (its mounts are another container's)."""
+    out = []
+    for name, value in parsed["options"]:
+        value = str(value)
+        if name in ("-v", "--volume"):
+            parts = value.split(":")
+            source, target, opts = (None, parts[0], "") if len(parts) == 1 else (
+                parts[0], parts[1], ":".join(parts[2:]))
+            entry = {"type": "bind" if source and source.startswith("/") else "volume", "source": source,
+                     "target": target, "readonly": "ro" in opts.split(",")}
+        elif name == "--mount":
+            entry = _mount_option(value)
+        elif name == "--tmpfs":
+            entry = {"type": "tmpfs", "source": None, "target": value.split(":", 1)[0], "readonly": False}
+        elif name == "--volumes-from":
+            entry = {"type": "volumes-from", "source": value, "target": None, "readonly": False}
+        else:
+            continue
+        if entry["target"]:
+            entry["target"] = posixpath.normpath(entry["target"])
+        out.append(dict(entry, option=name, value=value))
+    return out

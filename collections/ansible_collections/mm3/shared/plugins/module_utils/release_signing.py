@@ -31,6 +31,7 @@ import binascii
 import datetime
 import hashlib
 import json
+import posixpath
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -467,7 +468,36 @@ def _first_difference(runs, signed):
     return "it lacks %r at the end of the signed argv" % " ".join(signed[len(runs):])[:120]
 
 
-def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_env=()):
+def mount_differences(parsed, weights_dir, container_dir):
+    """Where the unit's mounts (docker_run.mounts of parse_run's result) do not give the engine the
+    verified weights: [] when the directory check_weights verified (`weights_dir`) is mounted
+    read-only at `container_dir` (where the signed argv reads the model) and nothing else is
+    mounted there or inside it; else one line per problem, naming the mount."""
+    weights_dir = posixpath.normpath(str(weights_dir))
+    container_dir = posixpath.normpath(str(container_dir))
+    out, found = [], False
+    for mount in dr.mounts(parsed):
+        target = mount["target"]
+        if target is None:
+            out.append("%s %s brings another container's mounts, which may cover the weights"
+                       % (mount["option"], mount["value"]))
+            continue
+        if target != container_dir and not target.startswith(container_dir.rstrip("/") + "/"):
+            continue
+        source = posixpath.normpath(mount["source"]) if mount["source"] else None
+        if target == container_dir and not found and mount["type"] == "bind" and source == weights_dir \
+                and mount["readonly"]:
+            found = True
+            continue
+        out.append("%s %s mounts %s at %s%s, where the engine reads the verified weights (%s read-only)" % (
+            mount["option"], mount["value"], mount["source"] or "a %s" % mount["type"], target,
+            " writable" if target == container_dir and source == weights_dir else "", weights_dir))
+    if not found and not out:
+        out.append("nothing is mounted at %s: the verified weights %s must be, read-only" % (container_dir, weights_dir))
+    return out
+
+
+def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_env=(), weights=None):
     """Where the unit's `docker run` (exec_argv: ExecStart as systemd parsed it) does not run the
     signed release (`signed`: its mm3_release part): one line per part that differs, naming it
     ('images: ...', 'env: ...', 'argv: ...'); [] when the unit runs the signed image (its reference
@@ -475,8 +505,10 @@ def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_en
     form the unit gives it (docker_run.server_invocation with the image's ENTRYPOINT `entrypoint`,
     serving_spec.entrypoint). config_path: the `--config PATH` the unit appends when the engine
     reads its API key from a file; extra_env: names of the variables the unit sets beyond the
-    signed ones (the JIT caches', serving_spec.jit_cache.env). Docker's other options (devices,
-    mounts, hardening) are not part of a release."""
+    signed ones (the JIT caches', serving_spec.jit_cache.env); weights: (the verified weights
+    directory, the container path the engine reads it at), whose mount is checked
+    (mount_differences: 'mounts: ...'). Docker's other options (devices, hardening) are not part
+    of a release."""
     signed = signed if isinstance(signed, dict) else {}
     try:
         parsed = dr.parse_run(exec_argv)
@@ -497,6 +529,10 @@ def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_en
     problems += ["the signed %s is missing" % item for item in signed_env if item not in unit_env]
     if problems:
         out.append("env: " + "; ".join(problems))
+    if weights:
+        problems = mount_differences(parsed, weights[0], weights[1])
+        if problems:
+            out.append("mounts: " + "; ".join(problems))
     expected = dr.server_invocation(parsed["image"], [str(t) for t in signed.get("argv") or []], entrypoint)
     want_entrypoint, want = (expected[1], expected[3:]) if expected[:1] == ["--entrypoint"] else (None, expected[1:])
     entrypoints = dr.option_values(parsed, "--entrypoint")
