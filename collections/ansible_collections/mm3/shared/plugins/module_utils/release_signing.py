@@ -12,10 +12,9 @@ https://model_signing/signature/v1.0), signed in a sigstore bundle v0.3 holding 
 - predicate.serialization: method files, sha256, no symlinks, the ignored paths;
 - predicate.mm3_release: what the project adds (repository, revision, image digests, profile,
   engine argv and environment, the gateway's policy, and the evaluation set by its digest:
-  document_digest).
-  model-signing's verifier ignores the extra key, so
-  the upstream `model_signing verify key` CLI accepts a bundle made here, and a bundle the CLI
-  made (weights only, no mm3_release) is accepted here.
+  document_digest). model-signing's verifier ignores the extra key, so the upstream
+  `model_signing verify key` CLI accepts a bundle made here, and a bundle the CLI made (weights
+  only, no mm3_release) is accepted here.
 
 Keys are EC P-256/P-384/P-521 (what model-signing's key signer accepts), each hashed with SHA-256/
 384/512; a key's id is model-signing's hint: the sha256 of its SubjectPublicKeyInfo PEM. Trust ends
