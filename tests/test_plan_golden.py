@@ -18,7 +18,10 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from helpers import failures, matrix_profiles, run_playbook
+
+from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -251,10 +254,7 @@ def test_unit_runs_exactly_the_planned_command(plans, profile):
     assert cmd[image + 1:] == part["argv"] and part["profile"] == profile and part["revision"] == "b" * 40
     # ... and the evaluation set verify.yml would judge it by: role serving_verify's default set,
     # bound by the digest of its content (a release signs its expected results)
-    import yaml
-    from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evals", "minimax-m3.yml")) as f:
-        shipped = yaml.safe_load(f)
+    shipped = yaml.safe_load((ROOT / "evals" / "minimax-m3.yml").read_text())
     assert part["eval_set"] == {"name": "minimax-m3-core", "version": 1, "pass_threshold": 0.85,
                                 "cases": len(shipped["cases"]), "sha256": rs.document_digest(shipped)}, part["eval_set"]
     # without a manifest pin the unit could not start (its ExecStartPre re-check compares with the

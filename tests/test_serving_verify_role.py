@@ -26,8 +26,9 @@ import pytest
 import yaml
 
 import gateway_harness as gh
-from helpers import ROOT, failures, run_playbook
+from helpers import ROOT, failures, load_source, openssl_ec_keys, run_playbook
 
+from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 from ansible_collections.mm3.shared.plugins.module_utils import serving_verify_checks as checks  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
@@ -180,9 +181,6 @@ def test_a_signed_release_is_judged_only_by_the_evaluation_set_it_names(tmp_path
     writes it: serving_release_part of the resolved spec with role serving_verify's
     release_eval_set). With that release deployed, another set - here the same set with a lower
     threshold - is refused before any request; the signed set passes the refusal."""
-    from helpers import load_source, openssl_ec_keys
-    from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
-
     serving = load_source("mm3_serving_filters_vr", os.path.join(ROOT, "filter_plugins", "serving.py"))
     release = load_source("mm3_release_filters_vr", os.path.join(ROOT, "filter_plugins", "release.py"))
     signed_set, weaker = tmp_path / "signed.yml", tmp_path / "weaker.yml"
