@@ -22,6 +22,10 @@ description:
     see role model_server) only when every file matches, none is missing and no file outside the manifest is
     in the directory (the whole directory is mounted into the engine); removes a stale marker
     otherwise.
+  - With a signed release (O(release_bundle), issue 33), the bundle must also verify offline against
+    the keys in O(release_trust) on this host's date, be release O(release_digest) and sign exactly
+    this manifest (its sha256 and every file's), before a byte of the weights is read; otherwise the
+    task fails naming what differs and a marker is removed. Needs Python's C(cryptography) on the host.
   - Files under the tool directories C(.cache), C(.rsync-partial) and C(.~tmp~) are ignored.
 version_added: "1.0.0"
 options:
@@ -97,6 +101,22 @@ options:
     description: Fail the task when a file is failed or missing (the results are returned either way).
     type: bool
     default: true
+  release_bundle:
+    description:
+      - The signed release (the text of the sigstore bundle tools/release_sign.py wrote;
+        serving_spec.release_bundle). Unset, no release is checked.
+    type: str
+  release_trust:
+    description:
+      - With O(release_bundle), required. The keys the host trusts less the revoked ones, the JSON
+        document role serving resolves from release_keys and release_revoked
+        (serving_spec.release_trust).
+    type: str
+  release_digest:
+    description:
+      - With O(release_bundle), required. The release the plan verified on the controller
+        (serving_spec.release.digest); the bundle here must be that release.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -108,6 +128,16 @@ author:
 """
 
 EXAMPLES = r"""
+- name: Verify the staging copy, and that the signed release signs exactly its manifest
+  weights_verify:
+    path: /data/models/MiniMax-M3-MXFP8
+    manifest: /data/models/MiniMax-M3-MXFP8.manifest.sha256
+    marker: /data/models/MiniMax-M3-MXFP8.verified.json
+    manifest_sha256: "{{ serving_spec.weights.manifest_sha256 }}"
+    release_bundle: "{{ serving_spec.release_bundle }}"
+    release_trust: "{{ serving_spec.release_trust | to_json }}"
+    release_digest: "{{ serving_spec.release.digest }}"
+
 - name: Verify the synced weights
   weights_verify:
     path: /data/models/MiniMax-M3-MXFP8
@@ -203,6 +233,20 @@ stats:
     (what a repair passes back as O(verified_stats)).'
   type: dict
   returned: always
+release:
+  description: The signed release that signs this manifest (O(release_bundle) given), else null.
+  type: dict
+  returned: always
+  contains:
+    digest:
+      description: The release's digest (the sha256 of the signed payload).
+      type: str
+    key:
+      description: The name of the key that signed it.
+      type: str
+    key_id:
+      description: That key's id (the sha256 of its public key PEM).
+      type: str
 """
 
 import datetime
@@ -228,6 +272,13 @@ from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
     sha256_file,
     sha256_text,
 )
+
+try:  # Python's cryptography, needed only where a signed release is checked (release_bundle)
+    from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
+except ImportError as exc:
+    rs, RELEASE_IMPORT_ERROR = None, exc
+else:
+    RELEASE_IMPORT_ERROR = None
 
 
 def _hash_one(args):
@@ -320,6 +371,16 @@ def mismatch_message(root, outcome, moved=()):
     return "%s does not match its manifest: %s" % (root, "; ".join(parts))
 
 
+def release_refusal(bundle_text, trust_text, digest, manifest_bytes, today=None):
+    """(release, None) when the signed release verifies here against the trust document, is release
+    `digest` and signs exactly this manifest (release_signing.weights_problem, the check the node's
+    start check makes too); else (None, why: one line naming the fix)."""
+    checked, problem = rs.weights_problem(bundle_text, trust_text, digest, manifest_bytes, today)
+    if problem:
+        return None, problem
+    return {"digest": checked["release_digest"], "key": checked["key"], "key_id": checked["key_id"]}, None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -337,7 +398,11 @@ def main():
             verified_stats=dict(type="dict"),
             tool_dirs=dict(type="list", elements="str", default=list(TOOL_DIRS)),
             fail_on_mismatch=dict(type="bool", default=True),
+            release_bundle=dict(type="str"),
+            release_trust=dict(type="str"),
+            release_digest=dict(type="str"),
         ),
+        required_by={"release_bundle": ("release_trust", "release_digest")},
         supports_check_mode=True,
     )
     p = module.params
@@ -362,6 +427,13 @@ def main():
         problem = "manifest %s is not usable: %s" % (p["manifest"], exc)
     header = manifest_header(manifest_text)
     refusal = pin_problem(manifest_sha256, p["manifest_sha256"], header, p["repo"], p["revision"])
+    release = None
+    if not refusal and entries is not None and p["release_bundle"] is not None:
+        if rs is None:
+            module.fail_json(msg="a signed release is checked here, and this host's Python has no cryptography "
+                                 "(%s): install python3-cryptography." % RELEASE_IMPORT_ERROR)
+        release, refusal = release_refusal(p["release_bundle"], p["release_trust"], p["release_digest"],
+                                           manifest_bytes)
     if refusal or entries is None:
         # Nothing in the directory is trusted: a marker from an earlier run goes too.
         removed = os.path.exists(p["marker"])
@@ -461,6 +533,7 @@ def main():
         marker_removed=marker_removed,
         changed_files=moved,
         stats=hashed,
+        release=release,
     )
     if not outcome["ok"] and p["fail_on_mismatch"]:
         module.fail_json(msg=mismatch_message(root, outcome, moved), **result)

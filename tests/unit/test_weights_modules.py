@@ -459,6 +459,93 @@ def test_manifest_header_and_pin_problem():
         common.format_manifest([("a", H1)], {"repo": "org/r\n0000  evil"})
 
 
+# --- a signed release checked where the weights are (staging before export, a node before `current`)
+
+def _release_keys():
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    out = {}
+    for name in ("site", "stranger"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        out[name] = (key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()),
+                     key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                   serialization.PublicFormat.SubjectPublicKeyInfo).decode())
+    return out
+
+
+RELEASE_KEYS = None
+
+
+def _signed_release(man, key="site", entries=None, manifest_sha256=None, revoked=()):
+    """(args for weights_verify, the release's digest): the manifest's files signed with key `key`
+    (or `entries` in their place, or another signed manifest_sha256), trusting key "site" less
+    `revoked`."""
+    from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
+    global RELEASE_KEYS
+    RELEASE_KEYS = RELEASE_KEYS or _release_keys()
+    listed = common.parse_manifest(man.read_text())
+    document = rs.statement("tiny", entries or listed, release={
+        "repo": "org/tiny", "revision": "a" * 40, "manifest_sha256": manifest_sha256 or _pin(man)})
+    bundle = json.dumps(rs.sign(document, RELEASE_KEYS[key][0]))
+    trust = rs.trust_document([{"name": "site", "public_key": RELEASE_KEYS["site"][1]}], revoked)
+    digest = rs.release_digest(rs.payload_bytes(document))
+    return {"release_bundle": bundle, "release_trust": json.dumps(trust), "release_digest": digest}, digest
+
+
+def test_a_signed_release_of_exactly_this_manifest_is_verified_with_the_bytes(tmp_path, capsys):
+    wdir, man, marker = _make_dir(tmp_path)
+    release, digest = _signed_release(man)
+    args = dict({"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2,
+                 "manifest_sha256": _pin(man)}, **release)
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["verified"] and res["marker_written"] and marker.exists()
+    assert res["release"]["digest"] == digest and res["release"]["key"] == "site"
+    _run(verify, args)                           # idempotent, like without a release
+    assert _result(capsys)["changed"] is False
+    # without a release the result says none
+    _run(verify, {k: v for k, v in args.items() if not k.startswith("release_")})
+    assert _result(capsys)["release"] is None
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("another manifest signed", "is not the signed one"),
+    ("a file's sha256 signed otherwise", "1 file(s) with another sha256 than the signed one: sub/modeling.py"),
+    ("a file signed that is not listed", "1 file(s) signed but not in the manifest: extra.bin"),
+    ("signed by a key not trusted", "which is not in release_keys"),
+    ("the key revoked", "which release_revoked revokes"),
+    ("another release than the planned one", "not the release"),
+    ("a malformed bundle", "not JSON"),
+])
+def test_weights_a_release_does_not_sign_get_no_marker(tmp_path, capsys, case, needle):
+    """Each refused before a byte is hashed, naming what differs; the marker an earlier pass wrote
+    is removed, so neither staging's export nor a node's `current` switch goes on."""
+    wdir, man, marker = _make_dir(tmp_path)
+    base = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2,
+            "manifest_sha256": _pin(man)}
+    _run(verify, base)
+    assert _result(capsys)["marker_written"] and marker.exists()
+    listed = common.parse_manifest(man.read_text())
+    kwargs = {
+        "another manifest signed": {"manifest_sha256": "c" * 64},
+        "a file's sha256 signed otherwise": {"entries": [(p, H1 if p == "sub/modeling.py" else d) for p, d in listed]},
+        "a file signed that is not listed": {"entries": listed + [("extra.bin", H2)]},
+        "signed by a key not trusted": {"key": "stranger"},
+        "the key revoked": {"revoked": ["site"]},
+    }.get(case, {})
+    release, _ = _signed_release(man, **kwargs)
+    if case == "another release than the planned one":
+        release["release_digest"] = "d" * 64
+    if case == "a malformed bundle":
+        release["release_bundle"] = release["release_bundle"][:-2]
+    _run(verify, dict(base, **release))
+    res = _result(capsys)
+    assert res["failed"] and needle in res["msg"], res["msg"]
+    assert res["verified"] is False and res["marker_removed"] and not marker.exists()
+    assert "bytes_hashed" not in res
+
+
 # --- the re-check before every engine start (role model_server, ExecStartPre) -------------
 
 CHECKER = os.path.join(ROOT, "roles", "model_server", "files", "check_weights.py")

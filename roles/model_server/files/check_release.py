@@ -24,7 +24,6 @@ usage: check_release.py --bundle B --trust T --digest SHA256 --manifest M
   the unit must mount read-only there, with nothing else mounted over it.
 """
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -33,35 +32,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # installed beside this file (role model_server, filter model_server_helper_files)
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
-from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (  # noqa: E402
-    ManifestError, parse_manifest)
 
 
 def problems(bundle_text, trust_text, digest, manifest_bytes, today=None, run=None):
     """Why this node must not start the release (one line naming the fix), or None. run: what the
     unit runs ({argv: ExecStart's argv, entrypoint, config_path, extra_env}; None: not checked)."""
-    try:
-        keys, revoked = rs.read_trust(trust_text)
-        checked = rs.verify(bundle_text, keys, revoked=revoked, today=today)
-    except (rs.ReleaseError, ValueError) as error:
-        return "the signed release is refused: %s" % error
-    if checked["release_digest"] != digest:
-        return ("the release bundle is release %s, not the release %s this unit was rendered for: re-run "
-                "playbooks/serve.yml (or rollback.yml) so the bundle and the unit are one release again."
-                % (checked["release_digest"][:16], digest[:16]))
+    checked, problem = rs.weights_problem(bundle_text, trust_text, digest, manifest_bytes, today, "on this node")
+    if problem:
+        return problem
     signed = checked["release"] if isinstance(checked["release"], dict) else {}
-    manifest_sha256 = hashlib.sha256(manifest_bytes).hexdigest()
-    if signed.get("manifest_sha256") != manifest_sha256:
-        return ("the weights manifest on this node (sha256 %s) is not the signed one (%s): re-run "
-                "playbooks/weights.yml for the signed revision." % (manifest_sha256[:16],
-                                                                   str(signed.get("manifest_sha256"))[:16]))
-    try:
-        entries = parse_manifest(manifest_bytes.decode("utf-8"))
-    except (ManifestError, UnicodeDecodeError) as error:
-        return "the weights manifest on this node cannot be read: %s" % error
-    differ = rs.manifest_differences(checked["entries"], entries)
-    if differ:
-        return "the weights manifest on this node is not the signed one: %s" % "; ".join(differ)
     if run is not None:
         differ = rs.run_differences(signed, run["argv"], run.get("entrypoint") or (), run.get("config_path"),
                                     run.get("extra_env") or (), run.get("weights"))

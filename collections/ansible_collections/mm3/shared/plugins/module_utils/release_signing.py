@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
 from ansible_collections.mm3.shared.plugins.module_utils.validation import has_control, is_plain_name, is_sha256
-from ansible_collections.mm3.shared.plugins.module_utils.weights_common import ManifestError, check_relpath
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import ManifestError, check_relpath, parse_manifest
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -435,6 +435,40 @@ def manifest_differences(entries, manifest_entries, limit=5):
             problems.append("%d file(s) %s: %s%s" % (len(names), label, ", ".join(names[:limit]),
                                                      " ..." if len(names) > limit else ""))
     return problems
+
+
+def weights_problem(bundle_text, trust_text, digest, manifest_bytes, today=None, where="on this host"):
+    """The check of a signed release against the weights a host holds, offline, before their bytes
+    are trusted (weights_verify on staging and on a node, before a marker or `current`; the node's
+    start check, before the engine): the bundle verifies against the trust document the host keeps
+    (trust_document's text: keys less revocations, on `today`), is release `digest`, and signs
+    exactly `manifest_bytes` (its sha256 is the signed manifest_sha256 and its files are the
+    signed files). (verify's result, None) when all hold, else (verify's result or None, one line
+    naming what differs and the fix). No hashing of the weights: the verifier binds them to the
+    manifest."""
+    try:
+        keys, revoked = read_trust(trust_text)
+        checked = verify(bundle_text, keys, revoked=revoked, today=today)
+    except (ReleaseError, ValueError) as error:
+        return None, "the signed release is refused: %s" % error
+    if checked["release_digest"] != digest:
+        return checked, ("the release bundle is release %s, not the release %s that was planned: re-run "
+                         "playbooks/serve.yml (or rollback.yml) so the bundle and the unit are one release again."
+                         % (checked["release_digest"][:16], str(digest)[:16]))
+    signed = checked["release"] if isinstance(checked["release"], dict) else {}
+    manifest_sha256 = hashlib.sha256(manifest_bytes).hexdigest()
+    if signed.get("manifest_sha256") != manifest_sha256:
+        return checked, ("the weights manifest %s (sha256 %s) is not the signed one (%s): re-run "
+                         "playbooks/weights.yml for the signed revision." % (where, manifest_sha256[:16],
+                                                                            str(signed.get("manifest_sha256"))[:16]))
+    try:
+        entries = parse_manifest(manifest_bytes.decode("utf-8"))
+    except (ManifestError, UnicodeDecodeError) as error:
+        return checked, "the weights manifest %s cannot be read: %s" % (where, error)
+    differ = manifest_differences(checked["entries"], entries)
+    if differ:
+        return checked, "the weights manifest %s is not the signed one: %s" % (where, "; ".join(differ))
+    return checked, None
 
 
 def release_differences(signed, planned):
