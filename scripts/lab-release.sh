@@ -9,7 +9,12 @@
 #                                     (tools/release_sign.py), check it, and write
 #                                     reports/lab/release/inventory.yml: node1's serving_release_keys
 #                                     and serving_release_bundle, an inventory source both lab runs
-#                                     add, so node1 only ever serves the signed release.
+#                                     add, so node1 only ever serves the signed release. The staging
+#                                     host gets its own: the profile's release part (what staging
+#                                     resolves) signed by the same key, which it checks against its
+#                                     copy before export and keeps beside the weights.
+#   scripts/lab-release.sh export     after site.yml: the staging copy and the release beside it,
+#                                     copied off staging, verify with upstream model_signing.
 #   scripts/lab-release.sh refusals   on the running, signed lab. On the controller: serve.yml with a
 #                                     revoked key, a release signed by a key not listed, an engine
 #                                     flag, an image, a gateway policy and a revision that are not the
@@ -29,6 +34,7 @@ dir=reports/lab/release
 py=.venv/bin/python
 inv=(-i inventories/lab/hosts.yml)
 node=mm3-lab-node1
+staging=mm3-lab-staging
 
 case "${1:-}" in
   sign)
@@ -63,7 +69,16 @@ PY
     for key in lab-release stranger; do
       $py tools/release_sign.py sign --statement "$dir/release.json" --key "$dir/$key.pem" > "$dir/$key.sig"
     done
-    $py - "$dir" "$node" <<'PY'
+    # The staging host's release: the profile as group_vars/all sets it (plan/<profile>/, what
+    # staging resolves), signed by the same key. Staging checks it against the manifest it wrote
+    # before marking its copy verified, and keeps it beside the weights (<dir>.sig).
+    profile_part=$(ls reports/lab/plan/*/release-part.json | grep -v "/nodes/")
+    [ "$(wc -l <<<"$profile_part")" = 1 ] || { echo "lab-release: not one profile part: $profile_part" >&2; exit 1; }
+    $py tools/release_sign.py statement --manifest "$dir/manifest.sha256" --name "$repo" --release "$profile_part" \
+      > "$dir/release-staging.json"
+    $py tools/release_sign.py sign --statement "$dir/release-staging.json" --key "$dir/lab-release.pem" \
+      > "$dir/staging.sig"
+    $py - "$dir" "$node" "$staging" <<'PY'
 import os, sys, yaml
 d = sys.argv[1]
 keys = [{"name": "lab-release", "public_key": open(os.path.join(d, "lab-release.pub")).read()}]
@@ -73,13 +88,41 @@ with open(os.path.join(d, "keys.yml"), "w") as handle:
 # inventory source scripts/lab.sh adds with -i; the stranger's is the unknown-key case.
 for sig, out in (("lab-release", "inventory.yml"), ("stranger", "inventory-stranger.yml")):
     node = {"serving_release_keys": keys, "serving_release_bundle": open(os.path.join(d, sig + ".sig")).read()}
+    hosts = {"nodes": {"hosts": {sys.argv[2]: node}}}
+    if sig == "lab-release":  # the staging host's own release (the profile's), beside node1's
+        hosts["staging"] = {"hosts": {sys.argv[3]: {
+            "serving_release_keys": keys, "serving_release_bundle": open(os.path.join(d, "staging.sig")).read()}}}
     with open(os.path.join(d, out), "w") as handle:
-        yaml.safe_dump({"nodes": {"hosts": {sys.argv[2]: node}}}, handle)
+        yaml.safe_dump(hosts, handle)
 PY
     $py tools/release_sign.py verify --bundle "$dir/lab-release.sig" --keys "$dir/keys.yml" \
       --manifest "$dir/manifest.sha256" > "$dir/verified.json"
+    $py tools/release_sign.py verify --bundle "$dir/staging.sig" --keys "$dir/keys.yml" \
+      --manifest "$dir/manifest.sha256" > "$dir/verified-staging.json"
     echo "lab-release: signed $repo@${revision:0:12} with key lab-release:" \
       "$($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print("release", d["release_digest"][:16], "over", d["files"], "files")' "$dir/verified.json")"
+    ;;
+  export)
+    # An export carried by hand, checked as its receiver would: the staging copy of the revision
+    # and the release kept beside it (<dir>.sig), copied off the staging host, verify with the
+    # upstream OpenSSF tool (model_signing verify key, tools/model_signing) and the lab's public
+    # key; the .sig is the staging release lab-release.sh sign made. The hub client's .cache/ in
+    # the copy is not part of the model (weights_verify ignores it too).
+    wdir=$($py -c 'import json, sys; print(json.load(open(sys.argv[1]))["weights_dir"])' \
+           "reports/provenance/$staging.json")
+    out=$dir/export
+    rm -rf "$out" && mkdir -p "$out"
+    docker cp -q "$staging:$wdir" "$out/weights"
+    docker cp -q "$staging:$wdir.sig" "$out/weights.sig"
+    cmp -s "$out/weights.sig" "$dir/staging.sig" \
+      || { echo "lab-release: staging keeps another bundle than its release beside $wdir" >&2; exit 1; }
+    cli=$($py -c 'import sys; sys.path.insert(0, "tools/model_signing"); from cli import model_signing_cli; print(model_signing_cli())')
+    "$cli" verify key "$out/weights" --signature "$out/weights.sig" --public_key "$dir/lab-release.pub" \
+      --ignore-paths "$out/weights/.cache" > "$dir/export-verify.log" 2>&1 \
+      || { cat "$dir/export-verify.log" >&2; echo "lab-release: model_signing verify refuses the staging export" >&2; exit 1; }
+    echo "lab-release: the staging export ($(find "$out/weights" -type f -not -path '*/.cache/*' | wc -l) files and $wdir.sig)" \
+      "verifies with upstream model_signing: $(tail -n1 "$dir/export-verify.log")"
+    rm -rf "$out"
     ;;
   refusals)
     unit_before=$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)
