@@ -60,9 +60,12 @@ def trusted(keys, **validity):
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    """A weights directory (a sub-directory too) and its sha256sum manifest, as staging writes it."""
+    """A weights directory (a sub-directory too) and its sha256sum manifest, as staging writes it.
+    Like every hub repository it holds .gitattributes (the hub's LFS rules; the lab's repository has
+    the same line), which upstream model-signing leaves out by default."""
     d = tmp_path_factory.mktemp("model") / "MiniMax-M3"
     (d / "sub").mkdir(parents=True)
+    (d / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
     (d / "config.json").write_text('{"model_type": "minimax_m3"}\n')
     (d / "model-00001-of-00002.safetensors").write_bytes(os.urandom(70000))
     (d / "sub" / "tokenizer.json").write_text('{"version": "1.0"}\n')
@@ -81,8 +84,8 @@ def test_a_signed_release_verifies_and_names_its_key_files_and_release(keys, mod
     result = rs.verify(signed(keys, model), trusted(keys), today=TODAY)
     assert result["key"] == "site-2026"
     assert result["key_id"] == hashlib.sha256(keys["site.pub"].read_bytes()).hexdigest()  # = sha256sum key.pub
-    assert sorted(result["entries"]) == sorted(model[1])
-    assert rs.manifest_differences(result["entries"], model[1]) == []
+    assert sorted(result["entries"]) == sorted(e for e in model[1] if e[0] != ".gitattributes")
+    assert rs.manifest_differences(result["entries"], model[1], ignored=result["ignored"]) == []
     assert {k: v for k, v in result["release"].items() if k != "version"} == RELEASE
     result = rs.verify(signed(keys, model, key="successor.pem"), trusted(keys), today=TODAY)
     assert result["key"] == "site-2027"
@@ -205,6 +208,28 @@ def test_the_same_key_or_name_twice_is_refused(keys):
         rs.trusted_keys([{"name": "a", "public_key": pub}, {"name": "a", "public_key": keys["successor.pub"].read_text()}])
 
 
+def test_a_release_leaves_out_the_git_paths_as_model_signing_does_and_nothing_else(keys, model):
+    """The statement names .git, .gitattributes, .github and .gitignore in ignore_paths and lists no
+    file under them; a manifest file they cover is no difference, while ignore_paths naming a
+    weights file exempts nothing, and a git path the statement does sign is still compared."""
+    d, entries = model
+    result = rs.verify(signed(keys, model), trusted(keys), today=TODAY)
+    assert result["ignored"] == sorted(rs.GIT_PATHS)
+    assert sorted(dict(result["entries"])) == sorted(p for p, _ in entries if p != ".gitattributes")
+    assert rs.manifest_differences(result["entries"], entries, ignored=result["ignored"]) == []
+    assert rs.manifest_differences(result["entries"], entries + [(".github/workflows/x.yml", "2" * 64)],
+                                   ignored=result["ignored"]) == []
+    shard = "model-00001-of-00002.safetensors"
+    without_shard = [e for e in result["entries"] if e[0] != shard]
+    assert rs.manifest_differences(without_shard, entries, ignored=result["ignored"] + [shard]) == [
+        "1 file(s) in the manifest but not signed: %s" % shard]
+    # a statement made before (or by hand) that signs .gitattributes: compared like any file
+    old = [(p, h) for p, h in entries]
+    changed = [(p, "3" * 64 if p == ".gitattributes" else h) for p, h in entries]
+    assert rs.manifest_differences(old, changed, ignored=list(rs.GIT_PATHS)) == [
+        "1 file(s) with another sha256 than the signed one: .gitattributes"]
+
+
 def test_the_signed_files_against_the_manifest_name_each_difference(model):
     entries = model[1]
     other = [(p, "0" * 64 if i == 0 else h) for i, (p, h) in enumerate(entries)][:-1] + [("extra.bin", "1" * 64)]
@@ -257,7 +282,11 @@ def test_a_model_signed_by_upstream_model_signing_verifies_here(upstream, keys, 
     assert rc == 0, out
     result = rs.verify(sig.read_text(), trusted(keys), today=TODAY)
     assert result["key"] == "site-2027" and result["release"] is None
-    assert rs.manifest_differences(result["entries"], entries) == []
+    # upstream left .gitattributes out and named it in ignore_paths: no difference for that file only
+    assert ".gitattributes" in result["ignored"] and ".gitattributes" not in dict(result["entries"])
+    assert rs.manifest_differences(result["entries"], entries, ignored=result["ignored"]) == []
+    assert rs.manifest_differences(result["entries"], entries) == [
+        "1 file(s) in the manifest but not signed: .gitattributes"]
     with pytest.raises(rs.ReleaseError, match="not in release_keys"):
         rs.verify(sig.read_text(), rs.trusted_keys([{"name": "other", "public_key": keys["stranger.pub"].read_text()}]),
                   today=TODAY)
@@ -300,16 +329,31 @@ def test_the_operator_tool_makes_signs_and_checks_a_release(upstream, keys, mode
                        "--manifest", str(manifest))
     assert rc == 0, err
     checked = json.loads(out)
-    assert checked["key"] == "site-2026" and checked["files"] == len(entries)
+    # every file but .gitattributes, which a release leaves out as model-signing does (GIT_PATHS)
+    assert checked["key"] == "site-2026" and checked["files"] == len(entries) - 1
     assert checked["release"]["images"] == RELEASE["images"]
     rc, out = run_cli(upstream, "verify", "key", str(d), "--signature", str(tmp_path / "release.sig"),
                       "--public_key", str(keys["site.pub"]))
     assert rc == 0, out
-    # A manifest of other weights, a revoked key, a wrong password: refused, naming why.
-    manifest.write_text("".join("%s  %s\n" % ("0" * 64 if i == 0 else h, p) for i, (p, h) in enumerate(entries)))
-    rc, _, err = run("verify", "--bundle", str(tmp_path / "release.sig"), "--keys", str(release_keys),
-                     "--manifest", str(manifest))
-    assert rc == 1 and "the weights manifest is not the signed release: 1 file(s) with another sha256" in err, err
+    # A manifest of other weights (a weights file, or .gitattributes, which the statement leaves out
+    # but the release binds through the manifest's sha256), a revoked key, a wrong password:
+    # refused, naming why.
+    original = manifest.read_text()
+    for changed, fragment in ((1, "hashes to"), (0, "hashes to")):
+        manifest.write_text("".join("%s  %s\n" % ("0" * 64 if i == changed else h, p) for i, (p, h) in enumerate(entries)))
+        rc, _, err = run("verify", "--bundle", str(tmp_path / "release.sig"), "--keys", str(release_keys),
+                         "--manifest", str(manifest))
+        assert rc == 1 and fragment in err and "not to the signed" in err, err
+    # without a release part (weights only, as upstream signs), the signed files are compared, and
+    # .gitattributes, which neither signs, is left to the manifest pin (as upstream leaves it)
+    weights_only = tmp_path / "weights-only.sig"
+    weights_only.write_text(json.dumps(rs.sign(rs.statement(d.name, entries), keys["site.pem"].read_bytes())))
+    rc, _, err = run("verify", "--bundle", str(weights_only), "--keys", str(release_keys), "--manifest", str(manifest))
+    assert rc == 0, err
+    manifest.write_text("".join("%s  %s\n" % ("0" * 64 if p == "config.json" else h, p) for p, h in entries))
+    rc, _, err = run("verify", "--bundle", str(weights_only), "--keys", str(release_keys), "--manifest", str(manifest))
+    assert rc == 1 and "1 file(s) with another sha256 than the signed one: config.json" in err, err
+    manifest.write_text(original)
     rc, _, err = run("verify", "--bundle", str(tmp_path / "release.sig"), "--keys", str(release_keys),
                      "--manifest", str(manifest), "--revoked", "site-2026")
     assert rc == 1 and "which release_revoked revokes" in err, err
@@ -365,7 +409,7 @@ def test_a_release_signed_in_an_hsm_verifies_here_and_upstream(upstream, model, 
     (tmp_path / "release.sig").write_text(bundle)
     keys = [{"name": "site-hsm", "public_key": (tmp_path / "hsm.pub").read_text()}]
     result = rs.verify(bundle, rs.trusted_keys(keys), today=TODAY)
-    assert result["key"] == "site-hsm" and rs.manifest_differences(result["entries"], entries) == []
+    assert result["key"] == "site-hsm" and rs.manifest_differences(result["entries"], entries, ignored=result["ignored"]) == []
     rc, out = run_cli(upstream, "verify", "key", str(d), "--signature", str(tmp_path / "release.sig"),
                       "--public_key", str(tmp_path / "hsm.pub"))
     assert rc == 0, out

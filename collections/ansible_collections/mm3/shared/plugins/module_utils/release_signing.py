@@ -67,18 +67,32 @@ def root_digest(resources):
     return hashlib.sha256(b"".join(binascii.unhexlify(r["digest"]) for r in resources)).hexdigest()
 
 
+# The paths upstream model-signing leaves out of a model unless told otherwise, at its top only
+# (model_signing/hashing.py, Config.set_ignored_paths(ignore_git_paths=True)), and names in the
+# statement's serialization.ignore_paths. Every hub repository holds .gitattributes: a release
+# leaves these out and names them the same way, so `model_signing verify key` with its defaults
+# accepts a copy of a hub revision, and a revision upstream signed is accepted here. Their bytes
+# stay bound: the weights manifest lists them, and a release signs the manifest's sha256.
+GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
+
+
+def _git_path(name):
+    return name.split("/", 1)[0] in GIT_PATHS
+
+
 def _sort_key(name):
     return tuple(name.split("/"))
 
 
 def statement(name, entries, ignore_paths=(), release=None):
     """The release statement for `entries` [(relpath, sha256 hex)] (parse_manifest's output):
-    resources sorted as model-signing sorts them (by path parts), `release` (a dict) under
-    predicate.mm3_release when given."""
+    resources sorted as model-signing sorts them (by path parts), less GIT_PATHS (named in
+    ignore_paths, as model-signing does), `release` (a dict) under predicate.mm3_release when
+    given."""
     resources = [{"name": path, "algorithm": "sha256", "digest": digest.lower()}
-                 for path, digest in sorted(entries, key=lambda e: _sort_key(e[0]))]
+                 for path, digest in sorted(entries, key=lambda e: _sort_key(e[0])) if not _git_path(path)]
     predicate = {"serialization": {"method": "files", "hash_type": "sha256", "allow_symlinks": False,
-                                   "ignore_paths": sorted(set(ignore_paths))},
+                                   "ignore_paths": sorted(set(ignore_paths) | set(GIT_PATHS))},
                  "resources": resources}
     if release is not None:
         predicate[RELEASE_KEY] = dict(release, version=RELEASE_VERSION)
@@ -340,6 +354,9 @@ def check_statement(document):
         raise ReleaseError("the statement hashes %s with %s: release verification reads model-signing's "
                            "'files' serialization with sha256 (the default of `model_signing sign`)."
                            % (serialization_.get("method"), serialization_.get("hash_type")))
+    ignored = serialization_.get("ignore_paths", [])
+    if not isinstance(ignored, list) or not all(isinstance(p, str) and not has_control(p) for p in ignored):
+        raise ReleaseError("the statement's ignore_paths is not a list of paths: sign the release again.")
     if serialization_.get("allow_symlinks") is not False:
         raise ReleaseError("the statement allows symlinks: a release's weights are regular files only; sign "
                            "without --allow_symlinks.")
@@ -395,9 +412,9 @@ def standing(key, digest, revoked=(), today=None):
 
 def verify(bundle_text, keys, revoked=(), today=None):
     """Verify a bundle against trusted_keys(...) less `revoked` (key ids, key names, release
-    digests) on `today`: {statement, entries, release, key, key_id, release_digest}, or ReleaseError
-    naming what failed and the fix. Nothing here touches the weights: compare `entries` with the
-    verified manifest (manifest_differences)."""
+    digests) on `today`: {statement, entries, release, ignored, key, key_id, release_digest}, or
+    ReleaseError naming what failed and the fix. Nothing here touches the weights: compare `entries`
+    with the verified manifest (manifest_differences, given `ignored`)."""
     payload, signature, hint = envelope(bundle_text)
     if not keys:
         raise ReleaseError("no release key is configured: list the public keys that may sign releases in "
@@ -419,13 +436,19 @@ def verify(bundle_text, keys, revoked=(), today=None):
         raise ReleaseError("the signed payload is not JSON.")
     entries = check_statement(statement_)
     return {"statement": statement_, "entries": entries, "release": statement_["predicate"].get(RELEASE_KEY),
+            "ignored": list(statement_["predicate"]["serialization"].get("ignore_paths", [])),
             "key": key["name"], "key_id": key["id"], "release_digest": digest}
 
 
-def manifest_differences(entries, manifest_entries, limit=5):
+def manifest_differences(entries, manifest_entries, limit=5, ignored=()):
     """What differs between the signed files and the weights manifest's ([(path, sha256)] each):
-    [] when they are the same set of files with the same digests."""
-    signed, listed = dict(entries), dict(manifest_entries)
+    [] when they are the same set of files with the same digests. `ignored`: the statement's
+    ignore_paths (verify's "ignored"); a manifest file it leaves out is no difference when it is one
+    of GIT_PATHS (as model-signing leaves them out), never otherwise: ignore_paths cannot exempt a
+    weights file."""
+    skip = {str(p).strip("/") for p in ignored} & set(GIT_PATHS)
+    signed = dict(entries)
+    listed = {n: d for n, d in manifest_entries if n in signed or n.split("/", 1)[0] not in skip}
     problems = []
     for label, names in (("signed but not in the manifest", sorted(set(signed) - set(listed))),
                          ("in the manifest but not signed", sorted(set(listed) - set(signed))),
@@ -465,7 +488,7 @@ def weights_problem(bundle_text, trust_text, digest, manifest_bytes, today=None,
         entries = parse_manifest(manifest_bytes.decode("utf-8"))
     except (ManifestError, UnicodeDecodeError) as error:
         return checked, "the weights manifest %s cannot be read: %s" % (where, error)
-    differ = manifest_differences(checked["entries"], entries)
+    differ = manifest_differences(checked["entries"], entries, ignored=checked["ignored"])
     if differ:
         return checked, "the weights manifest %s is not the signed one: %s" % (where, "; ".join(differ))
     return checked, None
