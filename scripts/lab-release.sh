@@ -15,7 +15,9 @@
 #                                     copy before export and keeps beside the weights.
 #   scripts/lab-release.sh export     after site.yml: the staging copy and the release beside it,
 #                                     copied off staging, verify with upstream model_signing.
-#   scripts/lab-release.sh refusals   on the running, signed lab. On the controller: serve.yml with a
+#   scripts/lab-release.sh refusals   on the running, signed lab. On staging, the check before export
+#                                     (weights_verify in check mode): the stranger's bundle, the key
+#                                     revoked, other files signed. On the controller: serve.yml with a
 #                                     revoked key, a release signed by a key not listed, an engine
 #                                     flag, an image, a gateway policy and a revision that are not the
 #                                     signed ones; each must be refused naming the part. On node1, the unit's own start
@@ -181,6 +183,58 @@ sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'
     else
       echo "lab-release: another evaluation set refused on $node: ...$(grep -o "is not the one the signed release [0-9a-f]* (key 'lab-release') names ([^)]*)" "$log" | head -n1)..."
     fi
+    # On staging: the check before export (weights_verify, as weights_stage runs it, in check mode
+    # so the marker stays) refuses a bundle signed by the stranger's key, the lab key revoked in
+    # the trust it is given, and a release that signs other files under the pinned manifest's
+    # sha256 (a signer's mistake only the host holding the manifest can see); the marker stays.
+    wdir=$($py -c 'import json, sys; print(json.load(open(sys.argv[1]))["weights_dir"])' \
+           "reports/provenance/$staging.json")
+    marker_before=$(docker exec "$staging" sha256sum "$wdir.verified.json")
+    while IFS='|' read -r case fragment; do
+      args=$dir/staging-${case// /-}.json
+      $py - "$dir" "$wdir" "$case" > "$args" <<'PY'
+import json, os, sys
+sys.path.insert(0, "collections")
+import yaml
+from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
+from ansible_collections.mm3.shared.plugins.module_utils.weights_common import parse_manifest
+d, wdir, case = sys.argv[1:]
+manifest = open(os.path.join(d, "manifest.sha256"), "rb").read()
+keys = yaml.safe_load(open(os.path.join(d, "keys.yml")))
+bundle = open(os.path.join(d, "staging.sig")).read()
+revoked = ["lab-release"] if case == "key revoked" else []
+if case == "unknown key":
+    bundle = open(os.path.join(d, "stranger.sig")).read()
+if case == "other files signed":
+    # the staging release's own part (its manifest_sha256 is the pin), over the manifest's files
+    # with README.md's digest changed, signed by the lab key
+    signed = json.loads(rs.envelope(bundle)[0])
+    entries = [(p, "0" * 64 if p == "README.md" else h) for p, h in parse_manifest(manifest.decode())]
+    part = {k: v for k, v in signed["predicate"]["mm3_release"].items() if k != "version"}
+    document = rs.statement(signed["subject"][0]["name"], entries, release=part)
+    bundle = json.dumps(rs.sign(document, open(os.path.join(d, "lab-release.pem"), "rb").read()))
+digest = rs.verify(bundle, rs.trusted_keys(keys), today=None)["release_digest"] if case == "other files signed" \
+    else json.load(open(os.path.join(d, "verified-staging.json")))["release_digest"]
+print(json.dumps({"path": wdir, "manifest": wdir + ".manifest.sha256", "marker": wdir + ".verified.json",
+                  "manifest_sha256": __import__("hashlib").sha256(manifest).hexdigest(),
+                  "release_bundle": bundle, "release_trust": json.dumps(rs.trust_document(keys, revoked)),
+                  "release_digest": digest}))
+PY
+      log=$dir/staging-${case// /-}.log
+      if ansible "${inv[@]}" "$staging" -m weights_verify -a "$(cat "$args")" --check > "$log" 2>&1; then
+        echo "lab-release: staging verified its copy with $case, not refused (see $log)" >&2; fail=1
+      elif ! grep -qF -- "$fragment" "$log"; then
+        echo "lab-release: staging refused $case without '$fragment' (see $log)" >&2; fail=1
+      else
+        echo "lab-release: $case refused on $staging before export: ...$fragment..."
+      fi
+    done <<'CASES'
+unknown key|which is not in release_keys
+key revoked|which release_revoked revokes
+other files signed|1 file(s) with another sha256 than the signed one: README.md
+CASES
+    [ "$(docker exec "$staging" sha256sum "$wdir.verified.json")" = "$marker_before" ] \
+      || { echo "lab-release: staging's marker changed during the refusals" >&2; fail=1; }
     # On node1: the unit's own start checks, run as the unit runs them (its ExecStartPre lines),
     # while the engine keeps serving. Each tampering must be refused, and the check pass once undone.
     # (the argv systemd parsed from the unit: systemctl show prints each as "argv[]=... ;")
