@@ -509,6 +509,21 @@ def test_a_signed_release_of_exactly_this_manifest_is_verified_with_the_bytes(tm
     assert _result(capsys)["release"] is None
 
 
+def test_a_host_without_cryptography_refuses_to_check_a_release_except_in_check_mode(tmp_path, capsys, monkeypatch):
+    wdir, man, marker = _make_dir(tmp_path)
+    release, _ = _signed_release(man)
+    args = dict({"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 2,
+                 "manifest_sha256": _pin(man)}, **release)
+    monkeypatch.setattr(verify, "rs", None)
+    monkeypatch.setattr(verify, "RELEASE_IMPORT_ERROR", ImportError("No module named 'cryptography'"))
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["failed"] and "install python3-cryptography" in res["msg"] and not marker.exists()
+    _run(verify, args, check=True)                # check mode (the package is not installed yet): said
+    res = _result(capsys)
+    assert res["verified"] and res["release"] is None and not marker.exists()
+
+
 @pytest.mark.parametrize("case,needle", [
     ("another manifest signed", "is not the signed one"),
     ("a file's sha256 signed otherwise", "1 file(s) with another sha256 than the signed one: sub/modeling.py"),
