@@ -153,26 +153,9 @@ def precompile_argv(spec, step, timeout, name="minimax-m3", shm_size="32g", dock
 
 
 def hardening_args(container):
-    """The least-privilege options of serving_spec.container, in a fixed order:
-    --security-opt no-new-privileges, --cap-drop X.., --cap-add X.., --pids-limit N,
-    --read-only, --tmpfs PATH[:opts].., --user UID[:GID]. Empty for an empty dict."""
-    container = container or {}
-    args = []
-    if container.get("no_new_privileges"):
-        args += ["--security-opt", "no-new-privileges"]
-    for cap in container.get("cap_drop") or []:
-        args += ["--cap-drop", str(cap)]
-    for cap in container.get("cap_add") or []:
-        args += ["--cap-add", str(cap)]
-    if container.get("pids_limit") is not None:
-        args += ["--pids-limit", str(container["pids_limit"])]
-    if container.get("read_only"):
-        args += ["--read-only"]
-    for mount in container.get("tmpfs") or []:
-        args += ["--tmpfs", str(mount)]
-    if container.get("user") is not None:
-        args += ["--user", str(container["user"])]
-    return args
+    """The least-privilege options of serving_spec.container (docker_run.hardening_args, the one
+    home a release's container part reads too)."""
+    return dr.hardening_args(container)
 
 
 def _env_args(spec):

@@ -933,14 +933,17 @@ def serving_resolve(inputs, tables):
 # --- Signed releases (issue 33): the release part the plan writes, and its check -----------------
 
 # What a release binds, in the order a refusal names the parts that differ.
-RELEASE_PARTS = ("repo", "revision", "manifest_sha256", "profile", "engine", "images", "argv", "env", "gateway_policy")
+RELEASE_PARTS = ("repo", "revision", "manifest_sha256", "profile", "engine", "images", "argv", "env", "container",
+                 "gateway_policy")
 
 
 def release_part(spec, eval_set=None):
     """The project's part of a release document (predicate.mm3_release) for serving_spec: the
     weights (repository, revision, manifest sha256), the profile and engine, the image, and the
     engine's exact argv and environment as the unit runs them (engine_env: the entry's and the
-    container's, with HF_HUB_OFFLINE), what the gateway in front lets clients do (gateway_policy,
+    container's, with HF_HUB_OFFLINE), the container's device and least-privilege options as the
+    unit renders them (container: docker_run.container_options), what the gateway in front lets
+    clients do (gateway_policy,
     None without a gateway), and the evaluation set verify.yml judges the release by (eval_set:
     release_eval_set of it, which role serving_verify reads; checked there, not here).
     plan.yml writes it for review; tools/release_sign.py signs it together with the manifest's
@@ -951,7 +954,8 @@ def release_part(spec, eval_set=None):
             "manifest_sha256": weights.get("manifest_sha256"), "profile": spec.get("profile"),
             "engine": spec.get("engine"), "images": [(spec.get("image") or {}).get("ref")],
             "argv": [str(t) for t in spec.get("command") or []],
-            "env": ["%s=%s" % pair for pair in ea.engine_env(spec)], "gateway_policy": spec.get("gateway_policy"),
+            "env": ["%s=%s" % pair for pair in ea.engine_env(spec)], "container": dr.container_options(spec),
+            "gateway_policy": spec.get("gateway_policy"),
             "eval_set": eval_set}
 
 

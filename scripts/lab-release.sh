@@ -19,13 +19,15 @@
 #                                     (weights_verify in check mode): the stranger's bundle, the key
 #                                     revoked, other files signed. On the controller: serve.yml with a
 #                                     revoked key, a release signed by a key not listed, an engine
-#                                     flag, an image, a gateway policy and a revision that are not the
-#                                     signed ones; each must be refused naming the part. On node1, the unit's own start
+#                                     flag, an image, a gateway policy, a container option and a
+#                                     revision that are not the signed ones; each must be refused
+#                                     naming the part. On node1, the unit's own start
 #                                     checks (its ExecStartPre lines, run as the unit runs them): the
 #                                     key revoked by playbooks/release-trust.yml, a bundle signed by
 #                                     the stranger's key put in place of the release, a tampered
 #                                     weights file, and drop-ins that swap the image, add an engine
-#                                     flag or mount other weights; each must be refused, and pass
+#                                     flag, mount other weights or run the engine privileged; each
+#                                     must be refused, and pass
 #                                     again once undone. verify.yml with an evaluation set the release
 #                                     does not name is refused before any request.
 #                                     Node1's unit and engine container must be unchanged throughout.
@@ -147,6 +149,7 @@ unknown key|{}|inventory-stranger.yml|which is not in release_keys
 edited engine flag|{"serving_max_output_tokens": 300}|inventory.yml|in: argv.
 swapped image|{"serving_image": {"repository": "127.0.0.1:5000/mm3-lab/vllm-cpu", "digest": "sha256:0000000000000000000000000000000000000000000000000000000000000000"}}|inventory.yml|in: images.
 another gateway policy|{"gateway_metrics_networks": ["10.99.0.0/16"]}|inventory.yml|in: gateway_policy.
+another container|{"serving_profile_overrides": {"engines": {"vllm": {"env": {"VLLM_CPU_OMP_THREADS_BIND": "0"}, "container": {"pids_limit": 768}}}}}|inventory.yml|in: container.
 another revision|{"serving_weights_revision": "{{ lab_rollout_revision }}", "serving_weights_manifest_sha256": "{{ lab_rollout_manifest_sha256 }}"}|inventory.yml|in: revision, manifest_sha256.
 CASES
     # The revoked key as status.yml reports it (it reads only): the line names the key.
@@ -309,6 +312,8 @@ PY
     dropin_case "a drop-in that swaps the image" "images: the unit runs" "$digest" "$(printf '0%.0s' $(seq 64))"
     dropin_case "a drop-in that adds an engine flag" "argv: it adds '--max-model-len 2048'" "" "--max-model-len 2048"
     dropin_case "a drop-in that mounts other weights" "mounts: -v /tmp:" "$wdir:" "/tmp:"
+    dropin_case "a drop-in that runs the engine privileged" "container: the unit adds --privileged" \
+      "--read-only" "--privileged --read-only"
     [ "$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)" = "$unit_before" ] \
       || { echo "lab-release: a refused release changed the unit on $node" >&2; fail=1; }
     [ "$(docker exec "$node" docker inspect --format '{{.Id}} {{.State.StartedAt}}' minimax-m3)" = "$engine_before" ] \
@@ -316,5 +321,5 @@ PY
     exit $fail
     ;;
   *)
-    echo "usage: $0 sign|refusals" >&2; exit 2 ;;
+    echo "usage: $0 sign|export|refusals" >&2; exit 2 ;;
 esac

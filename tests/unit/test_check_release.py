@@ -247,6 +247,14 @@ def _edit(argv, old, new):
     ("a tmpfs over the weights", "--tmpfs /models/MiniMax-M3/ mounts a tmpfs at /models/MiniMax-M3"),
     ("another container's volumes", "--volumes-from other brings another container's mounts"),
     ("no weights mounted", "nothing is mounted at /models/MiniMax-M3"),
+    ("privileged", "container: the unit adds --privileged"),
+    ("a capability added", "container: the unit adds --cap-add SYS_ADMIN"),
+    ("the process limit raised", "container: the unit adds --pids-limit 99999; lacks --pids-limit 16384"),
+    ("capabilities kept", "container: the unit lacks --cap-drop ALL"),
+    ("root", "container: the unit adds --user 0"),
+    ("a device added", "container: the unit adds --device /dev/mem"),
+    ("the GPUs dropped", "container: the unit lacks --gpus all"),
+    ("no-new-privileges dropped", "container: the unit lacks --security-opt no-new-privileges"),
 ])
 def test_the_node_refuses_a_unit_that_does_not_run_the_signed_release(tmp_path, keys, case, fragment):
     """The unit's ExecStart as systemd holds it (a drop-in or a hand edit included) must run the
@@ -288,6 +296,20 @@ def test_the_node_refuses_a_unit_that_does_not_run_the_signed_release(tmp_path, 
         argv = argv[:2] + ["--tmpfs", spec["weights"]["container_dir"] + "/"] + argv[2:]
     elif case == "another container's volumes":
         argv = argv[:2] + ["--volumes-from", "other"] + argv[2:]
+    elif case in ("privileged", "a capability added", "root", "a device added"):
+        argv = argv[:2] + {"privileged": ["--privileged"], "a capability added": ["--cap-add=SYS_ADMIN"],
+                           "root": ["-u", "0"], "a device added": ["--device", "/dev/mem"]}[case] + argv[2:]
+    elif case == "the process limit raised":
+        argv = _edit(argv, "16384", ["99999"])
+    elif case == "capabilities kept":
+        index = argv.index("--cap-drop")
+        argv = argv[:index] + argv[index + 2:]
+    elif case == "the GPUs dropped":
+        index = argv.index("--gpus")
+        argv = argv[:index] + argv[index + 2:]
+    elif case == "no-new-privileges dropped":
+        index = argv.index("no-new-privileges")
+        argv = argv[:index - 1] + argv[index + 1:]
     rc, out = node(tmp_path, spec, exec_argv=argv, reply=reply)
     assert rc == 1, out
     assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
@@ -332,6 +354,27 @@ def test_docker_mounts_are_read_as_docker_reads_them():
                                               "-v", "/jit:/root/.cache", "img"]), "/w/", "/models") == []
     assert rs.mount_differences(dr.parse_run(["docker", "run", "-v", "/w:/models:ro", "-v", "/w:/models:ro", "img"]),
                                 "/w", "/models")[0].startswith("-v /w:/models:ro mounts /w at /models")
+
+
+def test_privilege_options_are_compared_as_docker_reads_them():
+    """--flag and --flag=true are one thing, --flag=false another; -u is --user; a repeated option
+    counts each time; options outside PRIVILEGE_OPTIONS (ports, names, mounts) are not compared."""
+    from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr
+    signed = ["--gpus", "all", "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--read-only",
+              "--user", "65534:65534"]
+
+    def differ(*options):
+        return dr.container_differences(dr.parse_run(["docker", "run"] + list(options) + ["IMAGE", "serve"]), signed)
+    assert differ("--gpus=all", "--security-opt=no-new-privileges", "--cap-drop", "ALL", "--read-only=true",
+                  "-u", "65534:65534", "-p", "127.0.0.1:8000:8000", "--name", "x", "-v", "/a:/b:ro") == []
+    assert differ("--gpus", "all", "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--read-only=false",
+                  "--user", "65534:65534") == ["adds --read-only=false", "lacks --read-only"]
+    assert differ("--gpus", "all", "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--read-only",
+                  "--user", "65534:65534", "--user", "0") == ["adds --user 0"]
+    assert differ("--gpus", "all", "--gpus", "all", "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
+                  "--read-only", "--user", "65534:65534", "--pid=host") == ["adds --gpus all", "adds --pid host"]
+    assert dr.container_differences(dr.parse_run(["docker", "run", "IMAGE"]), ["--bogus"])[0].startswith(
+        "the signed container options cannot be read")
 
 
 def test_docker_run_is_read_as_dockers_cli_reads_it():

@@ -9,6 +9,7 @@ import pytest
 
 from helpers import ROOT, load_source, openssl_ec_keys, serving_args
 
+from ansible_collections.mm3.shared.plugins.module_utils import docker_run as dr  # noqa: E402
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 
 serving = load_source("mm3_serving_filters", os.path.join(ROOT, "filter_plugins", "serving.py"))
@@ -69,6 +70,11 @@ def test_no_keys_no_bundle_is_the_manifest_pin_alone():
     # the container's environment reaches the unit's -e too (engine_env), so it is signed as well
     ("another container environment", dict(profile_overrides={"engines": {"vllm": {"container": {
         "env": {"NCCL_DEBUG": "INFO"}}}}}), "in: env."),
+    # a loosening the site allows (serving_allow_container_privileges) is still another release
+    ("a capability added", dict(allow_container_privileges=True, profile_overrides={"engines": {"vllm": {
+        "container": {"cap_add": ["SYS_PTRACE"]}}}}), "in: container."),
+    ("a lower process limit", dict(profile_overrides={"engines": {"vllm": {"container": {"pids_limit": 4096}}}}),
+     "in: container."),
 ])
 def test_a_deployment_that_is_not_the_signed_release_is_refused_naming_the_part(keys, case, inputs, fragment):
     text = "\n".join(resolve(release_bundle=signed_release(keys), release_keys=listed(keys), **inputs)["blockers"])
@@ -110,6 +116,13 @@ def test_the_release_part_is_what_the_unit_runs():
     assert part["argv"] == spec["command"] and part["images"] == [spec["image"]["ref"]]
     assert "--override-generation-config" in part["argv"]  # the output cap is part of what is signed
     assert part["manifest_sha256"] == PIN and part["revision"] == "a" * 40
+    # the device and least-privilege options, as the unit's docker run has them
+    assert part["container"] == ["--gpus", "all", "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
+                                 "--pids-limit", "16384"]
+    ms_filters = load_source("mm3_model_server_filters", os.path.join(ROOT, "filter_plugins", "model_server.py"))
+    unit = ms_filters.docker_run_argv(spec, config_host_path="/etc/minimax-m3/engine.yaml",
+                                      config_container_path="/etc/minimax-m3/engine.yaml")
+    assert dr.container_differences(dr.parse_run(unit), part["container"]) == []
 
 
 def test_the_release_names_its_evaluation_set_and_the_spec_carries_the_signed_one(keys):
@@ -121,7 +134,7 @@ def test_the_release_names_its_evaluation_set_and_the_spec_carries_the_signed_on
     bundle = signed_release(keys, eval_set=named)
     spec = resolve(release_bundle=bundle, release_keys=listed(keys))
     assert spec["blockers"] == [] and spec["release"]["eval_set"] == named
-    assert json.loads(rs.envelope(bundle)[0])["predicate"]["mm3_release"]["version"] == 2
+    assert json.loads(rs.envelope(bundle)[0])["predicate"]["mm3_release"]["version"] == 3
 
 
 POLICY = {"clients": [{"name": "app", "requests_per_minute": 600, "concurrent": 16, "max_body_bytes": 2097152,

@@ -62,6 +62,84 @@ def server_invocation(image, command, entrypoint):
     return invocation(image, command, bool(entrypoint))
 
 
+def hardening_args(container):
+    """The least-privilege options of serving_spec.container, in a fixed order:
+    --security-opt no-new-privileges, --cap-drop X.., --cap-add X.., --pids-limit N,
+    --read-only, --tmpfs PATH[:opts].., --user UID[:GID]. Empty for an empty dict. The one home of
+    these options: the unit renders them (filter model_server_hardening_args) and a release signs
+    them (container_options)."""
+    container = container or {}
+    args = []
+    if container.get("no_new_privileges"):
+        args += ["--security-opt", "no-new-privileges"]
+    for cap in container.get("cap_drop") or []:
+        args += ["--cap-drop", str(cap)]
+    for cap in container.get("cap_add") or []:
+        args += ["--cap-add", str(cap)]
+    if container.get("pids_limit") is not None:
+        args += ["--pids-limit", str(container["pids_limit"])]
+    if container.get("read_only"):
+        args += ["--read-only"]
+    for mount in container.get("tmpfs") or []:
+        args += ["--tmpfs", str(mount)]
+    if container.get("user") is not None:
+        args += ["--user", str(container["user"])]
+    return args
+
+
+def container_options(spec):
+    """The docker run options a release signs as its `container` part: the profile's device options
+    (serving_spec.device_args) and the least-privilege ones (hardening_args), as the unit renders
+    them."""
+    spec = spec or {}
+    return [str(a) for a in spec.get("device_args") or []] + hardening_args(spec.get("container"))
+
+
+# The options that give the container devices or privileges, or take them away: a unit must have
+# exactly the signed ones (container_options), and none of the others (the unit never renders
+# --privileged, a user namespace, the host's PID or UTS namespace, ...). -u is --user.
+PRIVILEGE_OPTIONS = frozenset("""
+--gpus --device --device-cgroup-rule --group-add --security-opt --cap-add --cap-drop --pids-limit
+--read-only --tmpfs --user -u --privileged --userns --pid --uts --cgroupns --runtime
+""".split())
+
+
+def _privilege_pairs(options):
+    """(name, value) of each privilege option, as Docker reads it: -u is --user, a flag given as
+    --flag or --flag=true is one thing (--read-only=false is not)."""
+    pairs = []
+    for name, value in options:
+        if name not in PRIVILEGE_OPTIONS:
+            continue
+        name = "--user" if name == "-u" else name
+        if name in FLAG_OPTIONS and value is not None and value.lower() in ("true", "1"):
+            value = None
+        pairs.append((name, value))
+    return pairs
+
+
+def container_differences(parsed, signed_options):
+    """Where the privilege options of a parsed `docker run` (parse_run) differ from the signed
+    container options (container_options): ['adds --privileged', 'lacks --read-only', ...], []
+    when they are the same options, each as often."""
+    try:
+        signed = parse_run(["docker", "run"] + [str(a) for a in signed_options] + ["IMAGE"])["options"]
+    except RunError as error:
+        return ["the signed container options cannot be read: %s" % error]
+    have, want = _privilege_pairs(parsed["options"]), _privilege_pairs(signed)
+
+    def show(pair):
+        return pair[0] if pair[1] is None else ("%s=%s" if pair[0] in FLAG_OPTIONS else "%s %s") % pair
+    out = []
+    for pair in have:
+        if have.count(pair) > want.count(pair) and "adds " + show(pair) not in out:
+            out.append("adds " + show(pair))
+    for pair in want:
+        if want.count(pair) > have.count(pair) and "lacks " + show(pair) not in out:
+            out.append("lacks " + show(pair))
+    return out
+
+
 def pinned_tag(repository, digest):
     """The tag image_carry gives an image it loaded by `docker load` (which keeps no repo digest):
     repository:pinned-<hex> for the digest sha256:<hex>. The one home of that name: serving's image_local_tag

@@ -46,9 +46,9 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://model_signing/signature/v1.0"
 RELEASE_KEY = "mm3_release"
-# 2: the release part names the gateway's policy (gateway_policy) and the evaluation set (eval_set);
-# 1 had neither.
-RELEASE_VERSION = 2
+# 3: the release part names the container's device and privilege options (container);
+# 2: the gateway's policy (gateway_policy) and the evaluation set (eval_set); 1 had neither.
+RELEASE_VERSION = 3
 CURVE_HASH = {"secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
 
 
@@ -563,8 +563,9 @@ def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_en
     reads its API key from a file; extra_env: names of the variables the unit sets beyond the
     signed ones (the JIT caches', serving_spec.jit_cache.env); weights: (the verified weights
     directory, the container path the engine reads it at), whose mount is checked
-    (mount_differences: 'mounts: ...'). Docker's other options (devices, hardening) are not part
-    of a release."""
+    (mount_differences: 'mounts: ...'). The options that give or take devices and privileges must
+    be the signed container options (docker_run.container_differences: 'container: ...'); Docker's
+    other options (the other mounts, the network, the name) are not part of a release."""
     signed = signed if isinstance(signed, dict) else {}
     try:
         parsed = dr.parse_run(exec_argv)
@@ -589,6 +590,10 @@ def run_differences(signed, exec_argv, entrypoint=(), config_path=None, extra_en
         problems = mount_differences(parsed, weights[0], weights[1])
         if problems:
             out.append("mounts: " + "; ".join(problems))
+    if isinstance(signed.get("container"), list):  # signed since RELEASE_VERSION 3
+        problems = dr.container_differences(parsed, signed["container"])
+        if problems:
+            out.append("container: the unit " + "; ".join(problems))
     expected = dr.server_invocation(parsed["image"], [str(t) for t in signed.get("argv") or []], entrypoint)
     want_entrypoint, want = (expected[1], expected[3:]) if expected[:1] == ["--entrypoint"] else (None, expected[1:])
     entrypoints = dr.option_values(parsed, "--entrypoint")
