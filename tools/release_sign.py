@@ -87,16 +87,9 @@ def cmd_assemble(args):
 def cmd_verify(args):
     keys = rs.trusted_keys(yaml.safe_load(_read(args.keys)))
     result = rs.verify(_read(args.bundle), keys, revoked=args.revoked)
-    manifest = _read(args.manifest, "rb")
-    signed = (result["release"] or {}).get("manifest_sha256") if isinstance(result["release"], dict) else None
-    if signed and signed != hashlib.sha256(manifest).hexdigest():
-        # a release binds the whole manifest, the files it leaves out (GIT_PATHS) included
-        raise rs.ReleaseError("the weights manifest hashes to %s, not to the signed %s: give the manifest of the "
-                              "signed revision." % (hashlib.sha256(manifest).hexdigest(), signed))
-    problems = rs.manifest_differences(result["entries"], parse_manifest(manifest.decode("utf-8")),
-                                       ignored=result["ignored"])
-    if problems:
-        raise rs.ReleaseError("the weights manifest is not the signed release: %s." % "; ".join(problems))
+    problem = rs.manifest_problem(result, _read(args.manifest, "rb"), "given", weights_only=True)
+    if problem:
+        raise rs.ReleaseError(problem)
     print(json.dumps({"key": result["key"], "key_id": result["key_id"], "release_digest": result["release_digest"],
                       "files": len(result["entries"]), "release": result["release"]}, indent=1))
 

@@ -478,20 +478,30 @@ def weights_problem(bundle_text, trust_text, digest, manifest_bytes, today=None,
         return checked, ("the release bundle is release %s, not the release %s that was planned: re-run "
                          "playbooks/serve.yml (or rollback.yml) so the bundle and the unit are one release again."
                          % (checked["release_digest"][:16], str(digest)[:16]))
-    signed = checked["release"] if isinstance(checked["release"], dict) else {}
-    manifest_sha256 = hashlib.sha256(manifest_bytes).hexdigest()
-    if signed.get("manifest_sha256") != manifest_sha256:
-        return checked, ("the weights manifest %s (sha256 %s) is not the signed one (%s): re-run "
-                         "playbooks/weights.yml for the signed revision." % (where, manifest_sha256[:16],
-                                                                            str(signed.get("manifest_sha256"))[:16]))
+    return checked, manifest_problem(checked, manifest_bytes, where)
+
+
+def manifest_problem(checked, manifest_bytes, where="on this host", weights_only=False):
+    """Why the weights manifest `manifest_bytes` is not the one a verified bundle (verify's result)
+    signs, one line naming the fix, or None: a release binds the whole manifest by its sha256 (the
+    files the statement leaves out, GIT_PATHS, included), and the signed files must be exactly its
+    files (manifest_differences). weights_only: a bundle with no mm3_release part (upstream's) has
+    no manifest sha256 to compare; without it, such a bundle is refused here."""
+    release = checked["release"]
+    if not (weights_only and release is None):
+        signed = (release if isinstance(release, dict) else {}).get("manifest_sha256")
+        manifest_sha256 = hashlib.sha256(manifest_bytes).hexdigest()
+        if signed != manifest_sha256:
+            return ("the weights manifest %s hashes to %s, not to the signed %s: it is not the signed one; re-run "
+                    "playbooks/weights.yml for the signed revision." % (where, manifest_sha256[:16], str(signed)[:16]))
     try:
         entries = parse_manifest(manifest_bytes.decode("utf-8"))
     except (ManifestError, UnicodeDecodeError) as error:
-        return checked, "the weights manifest %s cannot be read: %s" % (where, error)
+        return "the weights manifest %s cannot be read: %s" % (where, error)
     differ = manifest_differences(checked["entries"], entries, ignored=checked["ignored"])
     if differ:
-        return checked, "the weights manifest %s is not the signed one: %s" % (where, "; ".join(differ))
-    return checked, None
+        return "the weights manifest %s is not the signed one: %s" % (where, "; ".join(differ))
+    return None
 
 
 def release_differences(signed, planned):
