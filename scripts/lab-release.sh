@@ -132,17 +132,23 @@ PY
     unit_before=$(docker exec "$node" sha256sum /etc/systemd/system/minimax-m3.service)
     engine_before=$(docker exec "$node" docker inspect --format '{{.Id}} {{.State.StartedAt}}' minimax-m3)
     fail=0
+    # refused WHAT WHERE LOG FRAGMENT COMMAND...: COMMAND must fail, its output (kept in LOG) naming
+    # FRAGMENT.
+    refused() {
+      local what=$1 where=$2 log=$3 fragment=$4
+      shift 4
+      if "$@" > "$log" 2>&1; then
+        echo "lab-release: $what was not refused on $where (see $log)" >&2; fail=1
+      elif ! grep -qF -- "$fragment" "$log"; then
+        echo "lab-release: $what was refused on $where without '$fragment' (see $log)" >&2; fail=1
+      else
+        echo "lab-release: $what refused on $where: ...$fragment..."
+      fi
+    }
     # case | extra -e (JSON) | inventory source | what the refusal must say
     while IFS='|' read -r case extra source fragment; do
-      log=$dir/refusal-${case// /-}.log
-      if ansible-playbook "${inv[@]}" -i "$dir/$source" playbooks/serve.yml --limit "$node" -e "$extra" \
-           > "$log" 2>&1; then
-        echo "lab-release: $case was served, not refused (see $log)" >&2; fail=1
-      elif ! grep -qF -- "$fragment" "$log"; then
-        echo "lab-release: $case was refused without '$fragment' (see $log)" >&2; fail=1
-      else
-        echo "lab-release: $case refused on $node: ...$fragment..."
-      fi
+      refused "$case" "$node" "$dir/refusal-${case// /-}.log" "$fragment" \
+        ansible-playbook "${inv[@]}" -i "$dir/$source" playbooks/serve.yml --limit "$node" -e "$extra"
     done <<'CASES'
 revoked key|{"serving_release_revoked": ["lab-release"]}|inventory.yml|which release_revoked revokes
 unknown key|{}|inventory-stranger.yml|which is not in release_keys
@@ -196,7 +202,7 @@ sys.exit(not (f and f[0]["id"] == "release_refused" and "key '"'"'lab-release'"'
     while IFS='|' read -r case fragment; do
       args=$dir/staging-${case// /-}.json
       $py - "$dir" "$wdir" "$case" > "$args" <<'PY'
-import json, os, sys
+import hashlib, json, os, sys
 sys.path.insert(0, "collections")
 import yaml
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs
@@ -216,21 +222,15 @@ if case == "other files signed":
     part = {k: v for k, v in signed["predicate"]["mm3_release"].items() if k != "version"}
     document = rs.statement(signed["subject"][0]["name"], entries, release=part)
     bundle = json.dumps(rs.sign(document, open(os.path.join(d, "lab-release.pem"), "rb").read()))
-digest = rs.verify(bundle, rs.trusted_keys(keys), today=None)["release_digest"] if case == "other files signed" \
+digest = rs.release_digest(rs.envelope(bundle)[0]) if case == "other files signed" \
     else json.load(open(os.path.join(d, "verified-staging.json")))["release_digest"]
 print(json.dumps({"path": wdir, "manifest": wdir + ".manifest.sha256", "marker": wdir + ".verified.json",
-                  "manifest_sha256": __import__("hashlib").sha256(manifest).hexdigest(),
+                  "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
                   "release_bundle": bundle, "release_trust": json.dumps(rs.trust_document(keys, revoked)),
                   "release_digest": digest}))
 PY
-      log=$dir/staging-${case// /-}.log
-      if ansible "${inv[@]}" "$staging" -m weights_verify -a "$(cat "$args")" --check > "$log" 2>&1; then
-        echo "lab-release: staging verified its copy with $case, not refused (see $log)" >&2; fail=1
-      elif ! grep -qF -- "$fragment" "$log"; then
-        echo "lab-release: staging refused $case without '$fragment' (see $log)" >&2; fail=1
-      else
-        echo "lab-release: $case refused on $staging before export: ...$fragment..."
-      fi
+      refused "$case" "$staging before export" "$dir/staging-${case// /-}.log" "$fragment" \
+        ansible "${inv[@]}" "$staging" -m weights_verify -a "$(cat "$args")" --check
     done <<'CASES'
 unknown key|which is not in release_keys
 key revoked|which release_revoked revokes
