@@ -65,10 +65,19 @@ options:
     type: int
   buffer_size:
     description:
-      - Read buffer per process, in bytes. The default (1 MiB) stays in the core's cache between
-        the copy and the hash; the kernel reads 16 MiB ahead of it whatever its size.
+      - Bytes handed to sha256 at a time, per process. Mapped, the piece of the mapping; read
+        (O(mapped=false), or a file that cannot be mapped), the buffer, whose default (1 MiB) stays
+        in the core's cache between the copy and the hash. The kernel reads 16 MiB ahead of it
+        whatever its size.
     type: int
     default: 1048576
+  mapped:
+    description:
+      - Hash the page cache's pages in place (C(mmap), 16 MiB mapped at a time) instead of copying
+        each piece into a buffer: from a warm page cache the copy costs about a fifth of the hash.
+        Off only to measure what it brings (C(bench/weights_verify_bench.py)).
+    type: bool
+    default: true
   readahead:
     description:
       - Ask the kernel to read 16 MiB ahead of the buffer being hashed
@@ -255,6 +264,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mm3.shared.plugins.module_utils.weights_common import (
@@ -281,12 +291,18 @@ else:
     RELEASE_IMPORT_ERROR = None
 
 
+# What a file gets when the process hashing it, or one beside it, died (SIGBUS: a file shrank under
+# its mapping; or killed): it was not hashed, so nothing is marked verified.
+WORKER_DIED = ("not hashed: a hashing process died (SIGBUS when a file shrinks while it is hashed, or killed); "
+               "run the verification again once nothing writes to the directory")
+
+
 def _hash_one(args):
-    """Worker: (relpath, fullpath, buffer_size, readahead) -> (relpath, digest or None, bytes,
-    error, [size, mtime_ns] of the state hashed or None)."""
-    rel, full, buffer_size, readahead = args
+    """Worker: (relpath, fullpath, buffer_size, readahead, mapped) -> (relpath, digest or None,
+    bytes, error, [size, mtime_ns] of the state hashed or None)."""
+    rel, full, buffer_size, readahead, mapped = args
     try:
-        digest, nbytes, stat = sha256_file(full, buffer_size, readahead)
+        digest, nbytes, stat = sha256_file(full, buffer_size, readahead, mapped=mapped)
         return rel, digest, nbytes, None, stat
     except OSError as exc:
         return rel, None, 0, str(exc), None
@@ -302,30 +318,32 @@ def plan_hashing(entries, present, only, sizes):
     return sorted(wanted, key=lambda p: (-sizes.get(p, 0), p))
 
 
-def hash_files(root, relpaths, workers, buffer_size, readahead=True):
-    """Hash files in parallel processes. Returns ({relpath: digest or None}, bytes, errors,
+def hash_files(root, relpaths, workers, buffer_size, readahead=True, mapped=True):
+    """Hash files in worker processes, one process even for one worker: sha256_file hashes mapped
+    pages, and a file that shrinks under its mapping ends the process with SIGBUS, which must fail
+    that run's files, not the module. Returns ({relpath: digest or None}, bytes, errors,
     {relpath: [size, mtime_ns] of the state that was hashed})."""
     digests, errors, stats, total = {}, {}, {}, 0
-    jobs = [(rel, os.path.join(root, rel), buffer_size, readahead) for rel in relpaths]
+    jobs = [(rel, os.path.join(root, rel), buffer_size, readahead, mapped) for rel in relpaths]
     if not jobs:
         return digests, 0, errors, stats
     workers = max(1, min(workers, len(jobs)))
-    if workers == 1:
-        results = map(_hash_one, jobs)
-    else:
-        ctx = multiprocessing.get_context("fork")
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-        results = pool.map(_hash_one, jobs, chunksize=1)
+    ctx = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
     try:
-        for rel, digest, nbytes, err, stat in results:
+        futures = [(rel, pool.submit(_hash_one, job)) for rel, job in zip(relpaths, jobs)]
+        for rel, future in futures:
+            try:
+                _rel, digest, nbytes, err, stat = future.result()
+            except BrokenProcessPool:
+                digest, nbytes, err, stat = None, 0, WORKER_DIED, None
             digests[rel], total = digest, total + nbytes
             if err:
                 errors[rel] = err
             else:
                 stats[rel] = stat
     finally:
-        if workers > 1:
-            pool.shutdown()
+        pool.shutdown()
     return digests, total, errors, stats
 
 
@@ -394,6 +412,7 @@ def main():
             workers=dict(type="int"),
             buffer_size=dict(type="int", default=DEFAULT_BUFFER),
             readahead=dict(type="bool", default=True),
+            mapped=dict(type="bool", default=True),
             files=dict(type="list", elements="str", default=[]),
             verified_stats=dict(type="dict"),
             tool_dirs=dict(type="list", elements="str", default=list(TOOL_DIRS)),
@@ -465,7 +484,7 @@ def main():
     todo = plan_hashing(entries, present, only, sizes)
 
     start = time.monotonic()
-    digests, nbytes, errors, hashed = hash_files(root, todo, workers, p["buffer_size"], p["readahead"])
+    digests, nbytes, errors, hashed = hash_files(root, todo, workers, p["buffer_size"], p["readahead"], p["mapped"])
     seconds = max(time.monotonic() - start, 1e-9)
 
     if only:

@@ -6,6 +6,7 @@ files in a temporary directory (no mocks of hashing or the file system).
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import json
 import os
@@ -321,6 +322,68 @@ def test_a_file_written_while_it_is_hashed_gets_no_marker(tmp_path, capsys, monk
     res = _result(capsys)
     assert not res["verified"] and not marker.exists() and "model-00002.safetensors" in res["failed_files"]
     assert "changed while it was hashed" in res["read_errors"]["model-00002.safetensors"]
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 8192, 8193, 300_000])
+def test_sha256_file_mapped_hashes_the_pages_in_place_window_by_window(tmp_path, monkeypatch, size):
+    """Mapped (the default), the file's pages are hashed in place, one window mapped at a time,
+    with the same digest, bytes and stat as read into a buffer; an empty file is read (mmap
+    refuses length 0), and a file that cannot be mapped is read instead of failing."""
+    data = os.urandom(size)
+    f = tmp_path / "x"
+    f.write_bytes(data)
+    maps = []
+    real = common.mmap.mmap
+    monkeypatch.setattr(common.mmap, "mmap", lambda *a, **k: maps.append((a[1], k.get("offset", 0))) or real(*a, **k))
+    expected = (hashlib.sha256(data).hexdigest(), size, [size, f.stat().st_mtime_ns])
+    assert common.sha256_file(str(f), 4096, mapped=False, window=8192) == expected
+    assert maps == []
+    assert common.sha256_file(str(f), 4096, window=8192) == expected
+    assert maps == [(min(8192, size - off), off) for off in range(0, size, 8192)]
+
+    def refuse(*a, **k):
+        raise OSError(19, "No such device")   # what mmap says on a filesystem without it
+    monkeypatch.setattr(common.mmap, "mmap", refuse)
+    assert common.sha256_file(str(f), 4096, window=8192) == expected
+
+
+def test_a_file_truncated_under_its_mapping_fails_that_file_not_the_module(tmp_path, capsys, monkeypatch):
+    """The real hashing loop with one worker, the file cut to nothing between two pieces (the
+    readahead call is the hook): the mapped pages are gone and the next one raises SIGBUS, which
+    ends the worker process. The module fails the files that process had, writes no marker, and
+    the next run, with the file intact again, verifies. In the module's own process (what
+    hash_files did for one worker before pages were mapped) SIGBUS would end the module."""
+    wdir, man, marker = _make_dir(tmp_path)
+    shard = wdir / "model-00002.safetensors"
+    intact = shard.read_bytes()
+    real, calls = os.posix_fadvise, []
+
+    def cutter(fd, off, n, advice):
+        calls.append(off)
+        if len(calls) == 3 and os.fstat(fd).st_ino == shard.stat().st_ino:
+            os.truncate(shard, 0)
+        return real(fd, off, n, advice)
+    monkeypatch.setattr(common.os, "posix_fadvise", cutter)
+    monkeypatch.setattr(verify, "plan_hashing", lambda *a: ["model-00002.safetensors", "model-00001.safetensors",
+                                                           "model-00003.safetensors", "sub/modeling.py"])
+    args = {"path": str(wdir), "manifest": str(man), "marker": str(marker), "workers": 1,
+            "buffer_size": 65536, "manifest_sha256": _pin(man), "fail_on_mismatch": False}
+    dumping = faulthandler.is_enabled()   # pytest's: the worker would print its stack on SIGBUS
+    faulthandler.disable()
+    try:
+        _run(verify, args)
+    finally:
+        if dumping:
+            faulthandler.enable(file=sys.__stderr__)
+    res = _result(capsys)
+    assert not res["verified"] and not marker.exists()
+    assert res["read_errors"]["model-00002.safetensors"] == verify.WORKER_DIED
+    assert "model-00002.safetensors" in res["failed_files"]
+    shard.write_bytes(intact)
+    monkeypatch.setattr(common.os, "posix_fadvise", real)
+    _run(verify, args)
+    res = _result(capsys)
+    assert res["verified"] and marker.exists()
 
 
 def test_a_file_changed_after_it_was_hashed_gets_no_marker(tmp_path, capsys, monkeypatch):
