@@ -74,7 +74,7 @@ options:
   mapped:
     description:
       - Hash the page cache's pages in place (C(mmap), 16 MiB mapped at a time) instead of copying
-        each piece into a buffer: from a warm page cache the copy costs about a fifth of the hash.
+        each piece into a buffer (from a warm page cache the copy costs about a fifth of the hash).
         Off only to measure what it brings (C(bench/weights_verify_bench.py)).
     type: bool
     default: true

@@ -14,9 +14,11 @@ import re
 import stat
 
 from ansible_collections.mm3.shared.plugins.module_utils.validation import has_control, is_sha256, whole_number
-# Bytes one read hands to sha256: small enough to stay in the core's L2 cache between the copy
-# from the page cache and the hash (16 MiB reads hashed 0.70x as fast from the page cache on this
-# project's CI machine: bench/weights_verify_bench.py), large enough that the syscalls cost ~1%.
+# Bytes handed to sha256 at a time. Mapped (the default), a piece of the mapping, between which the
+# read-ahead hint moves on; read (mapped=False, or a file that cannot be mapped), small enough to
+# stay in the core's L2 cache between the copy from the page cache and the hash (16 MiB reads
+# hashed 0.70x as fast from the page cache on this project's CI machine:
+# bench/weights_verify_bench.py), large enough that the syscalls cost ~1%.
 DEFAULT_BUFFER = 1024 * 1024
 # How far ahead of the read the kernel is asked to read (posix_fadvise WILLNEED): the disk's
 # queue stays this deep whatever the read size, so a cold read overlaps disk and CPU.
