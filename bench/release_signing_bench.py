@@ -7,7 +7,8 @@ the project's parallel verifier (weights_verify against the manifest) and the si
 ECDSA operation and a comparison of the lists; on the staging host signing reads the manifest the
 weights playbook wrote (the hub's digests, already checked). This bench makes N shards and their
 manifest, then prints:
-  - single-core sha256 (hashlib, memory) x cores, and the read rate of the shards: the bound;
+  - the cores hashing together (weights_verify_bench.cores_rate; single-core x cores beside it),
+    and the read rate of the shards (the faster of 1 and one reader per CPU): the bound;
   - sign: statement from the manifest + ECDSA P-256 (module_utils/release_signing), in ms;
   - verify: weights_verify (the real module through `ansible`) + bundle verification + the
     comparison with the manifest, as a rate over the shards' bytes and as a ratio of the bound
@@ -15,7 +16,8 @@ manifest, then prints:
     warm, min(the read rate from the page cache, cores x sha256);
   - the same verification by `model_signing verify key` (upstream 1.1.1, which hashes the files
     itself), and `model_signing sign key`: rates and the ratio project / upstream.
-usage: bench/release_signing_bench.py [--shards 8] [--size-mb 256] [--dir /var/tmp/release-bench/shards]
+Every rate is the best of --repeat runs (default 3): the machines are shared.
+usage: bench/release_signing_bench.py [--shards 8] [--size-mb 256] [--dir /var/tmp/release-bench/shards] [--repeat 3]
 The upstream CLI comes from tools/model_signing/requirements.lock (pip --require-hashes), in
 .cache/model-signing-venv, as the tests install it.
 """
@@ -60,6 +62,7 @@ def main():
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--size-mb", type=int, default=256)
     ap.add_argument("--dir", default="/var/tmp/release-bench/shards")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per rate; the best is reported")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     total = a.shards * a.size_mb * MB
@@ -68,15 +71,20 @@ def main():
     manifest = wb.make_shards(a.dir, a.shards, a.size_mb * MB)
     key, pub = keypair(os.path.dirname(a.dir.rstrip("/")) + "/keys")
     sig = os.path.dirname(a.dir.rstrip("/")) + "/release.sig"
-    core = wb.single_core_rate()
-    disk, dropped = wb.cold_read_rate(a.dir)
-    cached = wb.read_rate(a.dir)  # the cold read left the shards in the page cache (where they fit)
-    bounds = {"cold": min(disk, cores * core), "warm": min(cached, cores * core)}
-    print("bound cold: min(read %.1f MB/s %s, %d cores x %.1f MB/s sha256) = %.1f MB/s" % (
-        disk / MB, "cold" if dropped else "WARM (page cache not droppable here)", cores, core / MB,
-        bounds["cold"] / MB))
-    print("bound warm: min(read %.1f MB/s from the page cache, %d cores x %.1f MB/s sha256) = %.1f MB/s" % (
-        cached / MB, cores, core / MB, bounds["warm"] / MB))
+    repeat = range(max(1, a.repeat))
+    core = max(wb.single_core_rate() for _ in repeat)
+    together = max(wb.cores_rate(cores) for _ in repeat)
+    streams = sorted({1, cores})
+    reads = [wb.cold_read_rate(a.dir, n) for _ in repeat for n in streams]
+    disk, dropped = max(r[0] for r in reads), reads[0][1]
+    cached = max(wb.read_rate(a.dir, n) for _ in repeat for n in streams)  # the shards fit in the page cache
+    bounds = {"cold": min(disk, together), "warm": min(cached, together)}
+    print("%d cores hashing together: %.1f MB/s sha256 (single-core x %d: %.1f MB/s)" % (
+        cores, together / MB, cores, cores * core / MB))
+    print("bound cold: min(read %.1f MB/s %s, %d cores hashing together) = %.1f MB/s" % (
+        disk / MB, "cold" if dropped else "WARM (page cache not droppable here)", cores, bounds["cold"] / MB))
+    print("bound warm: min(read %.1f MB/s from the page cache, %d cores hashing together) = %.1f MB/s" % (
+        cached / MB, cores, bounds["warm"] / MB))
 
     # Sign on staging: the statement from the manifest the weights playbook wrote, one signature.
     with open(manifest) as handle:
@@ -101,7 +109,7 @@ def main():
     for label, cold in (("cold", True), ("warm", False)):
         if cold and not dropped:
             continue
-        res, _wall = wb.run_module(a.dir, manifest, cold, 0)
+        res, _wall = wb.best_of(a.repeat, wb.run_module, a.dir, manifest, cold, 0)
         checked, check_s = timed(lambda: rs.verify(bundle, keys))
         assert rs.manifest_differences(checked["entries"], entries) == []
         rate = total / (res["seconds"] + check_s)
@@ -114,9 +122,11 @@ def main():
         up_rate = total / up_verify_s
         bound = bounds[label]
         print("%s verify: project (weights_verify %.1f MB/s, %d workers, + bundle %.1f ms) %.1f MB/s = %.2f of the "
-              "bound -> %s | upstream %.1f MB/s (incl. start-up) = %.2f of the bound | project / upstream %.2f x" % (
+              "bound -> %s (%.2f of single-core x %d) | upstream %.1f MB/s (incl. start-up) = %.2f of the bound | "
+              "project / upstream %.2f x" % (
                   label, res["rate"] / MB, res["workers"], check_s * 1000, rate / MB, rate / bound,
-                  "MET" if rate >= 0.9 * bound else "NOT MET", up_rate / MB, up_rate / bound, rate / up_rate))
+                  "MET" if rate >= 0.9 * bound else "NOT MET", rate / (cores * core), cores, up_rate / MB,
+                  up_rate / bound, rate / up_rate))
     if not a.keep:
         shutil.rmtree(os.path.dirname(a.dir.rstrip("/")))
 
