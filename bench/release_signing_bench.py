@@ -12,8 +12,8 @@ manifest, then prints:
   - sign: statement from the manifest + ECDSA P-256 (module_utils/release_signing), in ms;
   - verify: weights_verify (the real module through `ansible`) + bundle verification + the
     comparison with the manifest, as a rate over the shards' bytes and as a ratio of the bound
-    (target >= 0.90). Each run has its own bound: cold, min(the cold read rate, cores x sha256);
-    warm, min(the read rate from the page cache, cores x sha256);
+    (target >= 0.90). Each run has its own bound: cold, min(the cold read rate, the cores hashing
+    together); warm, min(the read rate from the page cache, the cores hashing together);
   - the same verification by `model_signing verify key` (upstream 1.1.1, which hashes the files
     itself), and `model_signing sign key`: rates and the ratio project / upstream.
 Every rate is the best of --repeat runs (default 3): the machines are shared.
@@ -71,13 +71,9 @@ def main():
     manifest = wb.make_shards(a.dir, a.shards, a.size_mb * MB)
     key, pub = keypair(os.path.dirname(a.dir.rstrip("/")) + "/keys")
     sig = os.path.dirname(a.dir.rstrip("/")) + "/release.sig"
-    repeat = range(max(1, a.repeat))
-    core = max(wb.single_core_rate() for _ in repeat)
-    together = max(wb.cores_rate(cores) for _ in repeat)
-    streams = sorted({1, cores})
-    reads = [wb.cold_read_rate(a.dir, n) for _ in repeat for n in streams]
-    disk, dropped = max(r[0] for r in reads), reads[0][1]
-    cached = max(wb.read_rate(a.dir, n) for _ in repeat for n in streams)  # the shards fit in the page cache
+    m = wb.measure_bounds(a.dir, cores, a.repeat)
+    core, together = max(m["from_cache"], m["from_memory"]), m["together"]
+    disk, dropped, cached = m["disk"], m["dropped"], m["cached"]
     bounds = {"cold": min(disk, together), "warm": min(cached, together)}
     print("%d cores hashing together: %.1f MB/s sha256 (single-core x %d: %.1f MB/s)" % (
         cores, together / MB, cores, cores * core / MB))
@@ -109,7 +105,7 @@ def main():
     for label, cold in (("cold", True), ("warm", False)):
         if cold and not dropped:
             continue
-        res, _wall = wb.best_of(a.repeat, wb.run_module, a.dir, manifest, cold, 0)
+        res, _wall = wb.best_module_run(a.repeat, a.dir, manifest, cold, 0)
         checked, check_s = timed(lambda: rs.verify(bundle, keys))
         assert rs.manifest_differences(checked["entries"], entries) == []
         rate = total / (res["seconds"] + check_s)

@@ -13,8 +13,8 @@ Makes N synthetic shards (default 8 x 512 MB), writes their manifest, then print
   - the ratio module / sha256sum and module / min(disk read, cores x single-core); target >= 0.90;
   - the module warm reading into a 1 MiB buffer (mapped=false, the default before mapped pages)
     against the default;
-Every rate is the best of --repeat runs (default 3): the machines are shared.
   - bytes rsync moves to refresh a copy when 1 of N shards changed (target <= 1.05 x shard).
+Every rate is the best of --repeat runs (default 3): the machines are shared.
 usage: bench/weights_verify_bench.py [--shards 8] [--size-mb 512] [--dir /var/tmp/weights-bench] [--repeat 3]
 """
 
@@ -74,12 +74,6 @@ def single_core_rates():
     return cached, len(data) / (time.perf_counter() - t)
 
 
-def single_core_rate():
-    """One core's sha256 rate: the faster of single_core_rates (the hash's own rate; a verifier
-    that hashes cache-sized pieces reaches it)."""
-    return max(single_core_rates())
-
-
 def _hash_for(args):
     """Worker of cores_rate: wait for the others, hash a 1 MiB buffer `rounds` times."""
     barrier, rounds = args
@@ -102,10 +96,22 @@ def cores_rate(cores, rounds=512):
     return sum(n for n, _, _ in done) / (max(end for _, _, end in done) - min(start for _, start, _ in done))
 
 
-def best_of(repeat, fn, *args, **kwargs):
-    """The run of fn with the highest "rate" (a number, or a dict's "rate") of `repeat` runs."""
-    runs = [fn(*args, **kwargs) for _ in range(max(1, repeat))]
-    return max(runs, key=lambda r: r["rate"] if isinstance(r, dict) else r[0]["rate"] if isinstance(r, tuple) else r)
+def best_module_run(repeat, *args, **kwargs):
+    """run_module `repeat` times; the (result, wall) whose hashing rate was highest."""
+    return max((run_module(*args, **kwargs) for _ in range(max(1, repeat))), key=lambda run: run[0]["rate"])
+
+
+def measure_bounds(d, cores, repeat):
+    """What a bound is made of, each the best of `repeat` runs: one core's sha256 from cache and
+    from memory, the cores hashing together, the read rate with the page cache dropped (and whether
+    it could be) and from the page cache, each the faster of one reader and one per CPU."""
+    runs, streams = range(max(1, repeat)), sorted({1, cores})
+    singles = [single_core_rates() for _ in runs]
+    together = max(cores_rate(cores) for _ in runs)
+    reads = [cold_read_rate(d, n) for _ in runs for n in streams]
+    cached = max(read_rate(d, n) for _ in runs for n in streams)   # the cold reads left the shards there
+    return {"from_cache": max(r[0] for r in singles), "from_memory": max(r[1] for r in singles),
+            "together": together, "disk": max(r[0] for r in reads), "dropped": reads[0][1], "cached": cached}
 
 
 def drop_caches():
@@ -225,12 +231,10 @@ def main():
     manifest = make_shards(a.dir, a.shards, size)
     total = a.shards * size
 
-    rates = [single_core_rates() for _ in range(max(1, a.repeat))]
-    from_cache, from_memory = max(r[0] for r in rates), max(r[1] for r in rates)
+    m = measure_bounds(a.dir, cores, a.repeat)
+    from_cache, from_memory, together, disk, dropped = (
+        m["from_cache"], m["from_memory"], m["together"], m["disk"], m["dropped"])
     core = max(from_cache, from_memory)
-    together = max(cores_rate(cores) for _ in range(max(1, a.repeat)))
-    reads = [cold_read_rate(a.dir, streams) for _ in range(max(1, a.repeat)) for streams in sorted({1, cores})]
-    disk, dropped = max(r[0] for r in reads), reads[0][1]
     print("single-core sha256 (hashlib): %8.1f MB/s from cache, %.1f MB/s from memory; x %d cores = %.1f MB/s" % (
         from_cache / MB, from_memory / MB, cores, cores * core / MB))
     print("%d cores hashing together:        %8.1f MB/s (= %.2f of single-core x %d)" % (
@@ -238,7 +242,7 @@ def main():
     print("read rate of the shards:              %8.1f MB/s (the faster of 1 and %d readers; %s)" % (
         disk / MB, cores, "cold: page cache dropped" if dropped else
         "WARM: dropping the page cache is not permitted here, so this is a cache read rate"))
-    cached = max(read_rate(a.dir, streams) for _ in range(max(1, a.repeat)) for streams in sorted({1, cores}))
+    cached = m["cached"]
     bounds = {"cold": min(disk, together), "warm": min(cached, together)}
     bound = bounds["cold"]
     results = {}
@@ -248,7 +252,7 @@ def main():
         if not cold:
             run_sha256sum(a.dir, manifest, False)          # warm the cache
         s = min(run_sha256sum(a.dir, manifest, cold) for _ in range(max(1, a.repeat)))
-        res, wall = best_of(a.repeat, run_module, a.dir, manifest, cold, a.workers)
+        res, wall = best_module_run(a.repeat, a.dir, manifest, cold, a.workers)
         results[label] = (total / s, res["rate"], total / wall, res["workers"])
         print("%s: sha256sum -c (one file at a time) %8.1f MB/s | weights_verify %8.1f MB/s hashing "
               "(%.1f MB/s incl. ansible start-up, %d workers) | ratio %.2f x" % (
@@ -256,13 +260,13 @@ def main():
                   res["rate"] / (total / s)))
     if dropped:
         # the baseline of this run: the module without its read-ahead hints, cold
-        res, _wall = best_of(a.repeat, run_module, a.dir, manifest, True, a.workers, readahead=False)
+        res, _wall = best_module_run(a.repeat, a.dir, manifest, True, a.workers, readahead=False)
         print("cold, read-ahead hints off (baseline): weights_verify %8.1f MB/s = %.2f of the bound; "
               "with them %.1f MB/s = %.2f (x %.2f)" % (
                   res["rate"] / MB, res["rate"] / bound, results["cold"][1] / MB, results["cold"][1] / bound,
                   results["cold"][1] / res["rate"]))
     # the baseline of this run for mapped pages: each piece read into a 1 MiB buffer, warm
-    res, _wall = best_of(a.repeat, run_module, a.dir, manifest, False, a.workers, mapped=False)
+    res, _wall = best_module_run(a.repeat, a.dir, manifest, False, a.workers, mapped=False)
     print("warm, read into a buffer (mapped=false, baseline): weights_verify %8.1f MB/s = %.2f of the warm bound; "
           "mapped (the default) %.1f MB/s = %.2f (x %.2f)" % (
               res["rate"] / MB, res["rate"] / bounds["warm"], results["warm"][1] / MB,
