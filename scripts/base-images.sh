@@ -24,7 +24,7 @@ fi
 build_suite() {
   local suite=$1 v hash final start rootfs
   v=${version[$suite]:?unknown suite $suite (known: ${!version[*]})}
-  hash=$( { cat "$0" "$dockerfile"; echo "$suite $mirror"; } | sha256sum | cut -c1-12)
+  hash=$( { cat "$0" "$here"/images/debian-systemd/*; echo "$suite $mirror"; } | sha256sum | cut -c1-12)
   final="$repo/debian$v-systemd"
   start=$(date +%s)
   if docker image inspect "$final:$hash" >/dev/null 2>&1; then

@@ -72,7 +72,7 @@ if [ ! -x "$tools/promtool" ] || [ ! -x "$tools/amtool" ]; then
 fi
 
 stamp="$venv/.mm3-stamp"
-want=$(cat requirements.lock "$0" | sha256sum | cut -c1-16)
+want=$(cat requirements.lock "$0" images/debian-systemd/mm3_zipimport_cache.py | sha256sum | cut -c1-16)
 if [ -x "$venv/bin/ansible-playbook" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
    && [ -d collections/ansible_collections/community/docker ]; then
   echo "bootstrap: $venv and collections are current"
@@ -107,6 +107,15 @@ grep -v '^WARNING: Location' "$piplog" || true
 rm -f "$piplog"
 "$venv/bin/python" -c 'import ansible, molecule, testinfra, docker, huggingface_hub' \
   || { echo "bootstrap: packages missing after pip install (see above)" >&2; exit 1; }
+# The controller's own module runs (connection: local, delegate_to: localhost) use this Python: it
+# gets the bytecode cache the test hosts carry (images/debian-systemd/mm3_zipimport_cache.py;
+# every task otherwise compiles ansible.module_utils again from its AnsiballZ zip), in a directory
+# of the venv that only its owner writes.
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+install -m 0644 images/debian-systemd/mm3_zipimport_cache.py "$site/mm3_zipimport_cache.py"
+install -d -m 0700 "$venv/zipimport-cache"
+echo "import mm3_zipimport_cache; mm3_zipimport_cache.install('$(cd "$venv" && pwd)/zipimport-cache')" \
+  > "$site/mm3-zipimport-cache.pth"
 
 echo "bootstrap: collections from the $ansible_pkg wheel (no Galaxy)"
 wheels=$(mktemp -d)
