@@ -80,6 +80,7 @@ bench: bootstrap
 	python bench/weights_fanout_bench.py
 	python bench/engine_warm_start_bench.py --rounds 2
 	python bench/release_signing_bench.py
+	python bench/module_task_bench.py
 
 lab: bootstrap images
 	@$(STAGE) lab scripts/lab.sh up
