@@ -242,6 +242,40 @@ def test_the_signed_files_against_the_manifest_name_each_difference(model):
 
 # --- the upstream CLI, both directions -----------------------------------------------------------
 
+def test_a_second_caller_waits_for_the_first_install_and_does_not_clear_it(tmp_path):
+    """CI's lanes both asked for the CLI at once: the second `venv --clear` emptied the venv under
+    the first one's pip. Here this test is the first caller: it holds <venv>.lock, a second
+    process asks; while the turn is held that process touches nothing, and once the first has
+    finished (the stamp written) and let go, it takes the venv as it is."""
+    import fcntl
+    import time
+
+    venv = tmp_path / "venv"
+    tag = hashlib.sha256(open(cli.LOCK, "rb").read() + sys.version.encode()).hexdigest()[:12]
+    with open(str(venv) + ".lock", "w") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        second = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.path.insert(0, %r); from cli import model_signing_cli; "
+             "print(model_signing_cli(%r))" % (os.path.dirname(cli.LOCK), str(venv))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.5)
+            waited = second.poll() is None and not venv.exists()
+            if waited:
+                (venv / "bin").mkdir(parents=True)
+                (venv / "kept").write_text("the first caller's install\n")
+                (venv / (".lock-" + tag)).write_text("")
+            fcntl.flock(turn, fcntl.LOCK_UN)
+            out, err = second.communicate(timeout=60) if waited else ("", "")
+        finally:
+            second.kill()
+            second.wait()
+    assert waited, "the second caller did not wait for its turn"
+    assert second.returncode == 0, err
+    assert out.strip() == str(venv / "bin" / "model_signing")
+    assert (venv / "kept").exists()
+
+
 @pytest.fixture(scope="module")
 def upstream():
     """model_signing's CLI, from the hashed lock (pip --require-hashes), cached per lock."""

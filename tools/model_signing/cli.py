@@ -1,6 +1,9 @@
 """The upstream OpenSSF model-signing CLI for the interoperability tests and the bench: a venv in
 .cache/model-signing-venv installed from requirements.lock beside this file with --require-hashes
-(wheels only), reused while the lock and the Python are unchanged. Never installed on a host."""
+(wheels only), reused while the lock and the Python are unchanged. Never installed on a host.
+Callers in parallel (CI's test and lab lanes) take turns on <venv>.lock: the first installs, the
+others wait and find it installed (two at once cleared the venv under each other's pip)."""
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -16,9 +19,12 @@ def model_signing_cli(venv=os.path.join(ROOT, ".cache", "model-signing-venv")):
     with open(LOCK, "rb") as handle:
         tag = hashlib.sha256(handle.read() + sys.version.encode()).hexdigest()[:12]
     stamp = os.path.join(venv, ".lock-" + tag)
-    if not os.path.exists(stamp):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
-        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
-                        "--require-hashes", "--only-binary=:all:", "-r", LOCK], check=True)
-        open(stamp, "w").close()
+    os.makedirs(os.path.dirname(venv), exist_ok=True)
+    with open(venv + ".lock", "w") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        if not os.path.exists(stamp):
+            subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
+            subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check",
+                            "--require-hashes", "--only-binary=:all:", "-r", LOCK], check=True)
+            open(stamp, "w").close()
     return os.path.join(venv, "bin", "model_signing")
