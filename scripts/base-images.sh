@@ -8,7 +8,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 repo=${LAB_IMAGE_REPO:-mm3-lab}
-dockerfile="$here/images/debian-systemd/Dockerfile"
+context="$here/images/debian-systemd"   # the Dockerfile and what it copies
 
 declare -A version=([bookworm]=12 [trixie]=13)
 
@@ -24,7 +24,7 @@ fi
 build_suite() {
   local suite=$1 v hash final start rootfs
   v=${version[$suite]:?unknown suite $suite (known: ${!version[*]})}
-  hash=$( { cat "$0" "$here"/images/debian-systemd/*; echo "$suite $mirror"; } | sha256sum | cut -c1-12)
+  hash=$( { cat "$0" "$context"/*; echo "$suite $mirror"; } | sha256sum | cut -c1-12)
   final="$repo/debian$v-systemd"
   start=$(date +%s)
   if docker image inspect "$final:$hash" >/dev/null 2>&1; then
@@ -41,7 +41,7 @@ build_suite() {
   echo "base-images: building $final:$hash (python3, python3-apt, systemd)"
   docker build -q --build-arg "BASE=$repo/debian$v-rootfs:$hash" \
     --label "org.mm3.content-hash=$hash" -t "$final:$hash" -t "$final:latest" \
-    "$here/images/debian-systemd" >/dev/null
+    "$context" >/dev/null
   echo "base-images: $final:$hash built in $(( $(date +%s) - start )) s"
 }
 

@@ -12,11 +12,12 @@ import sys
 import zipfile
 
 import pytest
+from helpers import load_source
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOOK_DIR = ROOT / "images" / "debian-systemd"
-sys.path.insert(0, str(HOOK_DIR))
-import mm3_zipimport_cache  # noqa: E402
+# This source, not the copy bootstrap.sh put into the venv (a .pth imported that one at start).
+mm3_zipimport_cache = load_source("mm3_zipimport_cache_under_test", str(HOOK_DIR / "mm3_zipimport_cache.py"))
 
 V1 = "def answer():\n    return 'v1'\n\ndef where():\n    raise RuntimeError('here')\n"
 V2 = "def answer():\n    return 'v2'\n\ndef where():\n    raise RuntimeError('here')\n"
@@ -44,8 +45,10 @@ def make_archive(path, source):
 
 
 def probe(archive, cache, env=None):
-    """Import payload.mod from `archive` with the hook on `cache`: (installed, answer, file)."""
-    out = subprocess.run([sys.executable, "-c", PROBE.format(hook=str(HOOK_DIR), cache=str(cache),
+    """Import payload.mod from `archive` with the hook on `cache`: (installed, answer, file).
+    -S: no site-packages, so the process runs this source of the hook, not the copy bootstrap.sh
+    put into the venv (which a .pth loads at start)."""
+    out = subprocess.run([sys.executable, "-S", "-c", PROBE.format(hook=str(HOOK_DIR), cache=str(cache),
                                                              archive=archive)],
                          capture_output=True, text=True, check=True,
                          env=dict(os.environ, **(env or {})))
@@ -72,7 +75,7 @@ def test_the_first_import_fills_the_cache_and_a_second_process_runs_the_cached_c
     # The second process takes the entry, not the source: an entry replaced by V2's code (what
     # only the cache can give) answers v2 from V1's archive.
     v2 = compile(V2, "elsewhere.py", "exec", dont_inherit=True)
-    mm3_zipimport_cache.store(str(cache), V1.encode(), v2)
+    mm3_zipimport_cache.store(str(cache / mm3_zipimport_cache.entry_key(V1.encode())), v2)
     assert probe(archive, cache)[1] == "v2"
 
 
@@ -107,5 +110,5 @@ def test_off_when_switched_off_or_without_the_directory(tmp_path, cache):
 
 def test_store_leaves_no_partial_entry_where_the_write_fails(tmp_path):
     missing = tmp_path / "missing"
-    mm3_zipimport_cache.store(str(missing), b"x = 1\n", compile("x = 1\n", "m.py", "exec"))
+    mm3_zipimport_cache.store(str(missing / "entry"), compile("x = 1\n", "m.py", "exec"))
     assert not missing.exists()
