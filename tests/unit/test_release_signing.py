@@ -11,6 +11,7 @@ import datetime
 import hashlib
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -251,7 +252,6 @@ def test_a_second_caller_waits_for_the_first_install_and_does_not_clear_it(tmp_p
     import time
 
     venv = tmp_path / "venv"
-    tag = hashlib.sha256(open(cli.LOCK, "rb").read() + sys.version.encode()).hexdigest()[:12]
     with open(str(venv) + ".lock", "w") as turn:
         fcntl.flock(turn, fcntl.LOCK_EX)
         second = subprocess.Popen(
@@ -264,7 +264,7 @@ def test_a_second_caller_waits_for_the_first_install_and_does_not_clear_it(tmp_p
             if waited:
                 (venv / "bin").mkdir(parents=True)
                 (venv / "kept").write_text("the first caller's install\n")
-                (venv / (".lock-" + tag)).write_text("")
+                pathlib.Path(cli.stamp_path(str(venv))).write_text("")
             fcntl.flock(turn, fcntl.LOCK_UN)
             out, err = second.communicate(timeout=60) if waited else ("", "")
         finally:

@@ -14,11 +14,16 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 LOCK = os.path.join(HERE, "requirements.lock")
 
 
-def model_signing_cli(venv=os.path.join(ROOT, ".cache", "model-signing-venv")):
-    """The path of the `model_signing` executable, installing it first when needed."""
+def stamp_path(venv):
+    """The file that marks `venv` installed from this lock by this Python."""
     with open(LOCK, "rb") as handle:
         tag = hashlib.sha256(handle.read() + sys.version.encode()).hexdigest()[:12]
-    stamp = os.path.join(venv, ".lock-" + tag)
+    return os.path.join(venv, ".lock-" + tag)
+
+
+def model_signing_cli(venv=os.path.join(ROOT, ".cache", "model-signing-venv")):
+    """The path of the `model_signing` executable, installing it first when needed."""
+    stamp = stamp_path(venv)
     os.makedirs(os.path.dirname(venv), exist_ok=True)
     with open(venv + ".lock", "w") as turn:
         fcntl.flock(turn, fcntl.LOCK_EX)
