@@ -254,3 +254,30 @@ def install_node_checks(libexec, scripts):
         else:
             with open(item["dest"], "w") as handle:
                 handle.write(item["content"])
+
+
+# The two values a site must set before the Kubernetes objects render (and the signed release's
+# check image), as an operator would: images by digest, the staging host's name.
+K8S_SITE = {"model_server_k8s_prefill_image": "registry.example.internal/mm3/prefill@sha256:" + "d" * 64,
+            "model_server_k8s_rsync_server": "staging.example.internal",
+            "model_server_k8s_release_image": "registry.example.internal/mm3/release-check@sha256:" + "e" * 64}
+
+
+def k8s_settings(**overrides):
+    """__model_server_k8s_settings as role model_server_k8s builds it (vars/main.yml) from its
+    defaults (defaults/main.yml) and K8S_SITE, then `overrides` (keys without the prefix)."""
+    import copy
+
+    import yaml
+
+    role = os.path.join(ROOT, "roles", "model_server_k8s")
+    with open(os.path.join(role, "defaults", "main.yml")) as handle:
+        values = dict(yaml.safe_load(handle), **K8S_SITE)
+    with open(os.path.join(role, "vars", "main.yml")) as handle:
+        templates = yaml.safe_load(handle)["__model_server_k8s_settings"]
+    out = {}
+    for key, template in templates.items():
+        name = str(template).strip("{} ")
+        out[key] = copy.deepcopy(values[name]) if name in values else template
+    out.update(overrides)
+    return out

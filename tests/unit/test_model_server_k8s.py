@@ -2,12 +2,10 @@
 every model_server_k8s_* value and of what the pod is made of (k8s_problems), each refusal
 naming its fix, and the refusal of k8s_manifests itself. The spec comes from the real matrix;
 the settings from the role's own defaults with the site's values filled in."""
-import copy
 import pathlib
 import sys
 
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -15,25 +13,10 @@ sys.path.insert(0, str(ROOT / "filter_plugins"))
 
 import model_server as ms  # noqa: E402
 import serving  # noqa: E402
+from helpers import k8s_settings as settings  # noqa: E402
 from helpers import serving_args  # noqa: E402
 
-VARS = yaml.safe_load((ROOT / "roles" / "serving" / "vars" / "main.yml").read_text())
-DEFAULTS = yaml.safe_load((ROOT / "roles" / "model_server_k8s" / "defaults" / "main.yml").read_text())
-ROLE_VARS = yaml.safe_load((ROOT / "roles" / "model_server_k8s" / "vars" / "main.yml").read_text())
 SEED_DIGEST = "sha256:de63ac56df5d7b064451e21147eaab89634a02332d830ca8c01cb8c033b3a78f"
-SITE = {"model_server_k8s_prefill_image": "registry.example.internal/mm3/prefill@sha256:" + "d" * 64,
-        "model_server_k8s_rsync_server": "staging.example.internal"}
-
-
-def settings(**overrides):
-    """__model_server_k8s_settings as the role builds it (vars/main.yml), from the defaults."""
-    values = dict(DEFAULTS, **SITE)
-    out = {}
-    for key, template in ROLE_VARS["__model_server_k8s_settings"].items():
-        name = str(template).strip("{} ")
-        out[key] = copy.deepcopy(values[name]) if name in values else template
-    out.update(overrides)
-    return out
 
 
 def spec(profile="b200", **kw):
