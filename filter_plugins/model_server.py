@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import os
 import re
 import shlex
 
@@ -482,6 +483,13 @@ def k8s_problems(spec, settings):
                  % weights.get("repo"))
     _k8s_str(s.get("prefill_image"), "model_server_k8s_prefill_image", p, v.is_digest_reference,
              "an image with sh, rsync and coreutils, by digest (registry/name@sha256:<64 hex>)")
+    if spec.get("release"):
+        _k8s_str(s.get("release_image"), "model_server_k8s_release_image", p, v.is_digest_reference,
+                 "an image with python3 and python3-cryptography, by digest (registry/name@sha256:<64 hex>): "
+                 "the pod's first init container checks the signed release in it at every start")
+        if not isinstance(spec.get("release_trust"), dict) or not spec.get("release_bundle"):
+            p.append("the signed release has no bundle or trust list in serving_spec: set serving_release_bundle "
+                     "and serving_release_keys (the pod checks the release against them at every start).")
     _k8s_str(s.get("rsync_server"), "model_server_k8s_rsync_server", p, v.is_host,
              "the address the cluster's pods reach the staging rsync daemon at")
     _k8s_int(s.get("rsync_port"), "model_server_k8s_rsync_port", 1, 65535, p)
@@ -568,10 +576,18 @@ def k8s_manifests(spec, settings):
             "items": [{"key": "engine.yaml", "path": config_path.rsplit("/", 1)[1]}]}})
         mounts.append({"name": "engine-config", "mountPath": config_path.rsplit("/", 1)[0], "readOnly": True})
     jit = spec.get("jit_cache") or {}
-    init = [{"name": "weights-verified", "image": image, "command": ["sh", "-c", K8S_MARKER_SCRIPT],
-             "env": [{"name": "MM3_REVISION", "value": revision}, {"name": "MM3_MANIFEST_SHA256", "value": pin}],
-             "volumeMounts": [{"name": "weights", "mountPath": "/weights", "readOnly": True}],
-             "securityContext": dict(security, capabilities={"drop": ["ALL"], "add": []})}]
+    # the checks before the engine: the signed release (where there is one), then the volume
+    check_security = dict(security, capabilities={"drop": ["ALL"], "add": []})
+    init, release_config = [], None
+    if spec.get("release"):
+        release_config, release_init, release_volume = k8s_release_check(spec, s, revision, weights_labels,
+                                                                         check_security)
+        init.append(release_init)
+        volumes.append(release_volume)
+    init.append({"name": "weights-verified", "image": image, "command": ["sh", "-c", K8S_MARKER_SCRIPT],
+                 "env": [{"name": "MM3_REVISION", "value": revision}, {"name": "MM3_MANIFEST_SHA256", "value": pin}],
+                 "volumeMounts": [{"name": "weights", "mountPath": "/weights", "readOnly": True}],
+                 "securityContext": check_security})
     # The kernel caches, every profile, the unit's variables: on an emptyDir, not the node's path.
     # It lives as long as the pod, so a container restart in it (liveness, OOM, crash) finds its
     # kernels; a new image is a new pod, so it is per image as the node's directory is; fsGroup
@@ -609,6 +625,9 @@ def k8s_manifests(spec, settings):
         "readinessProbe": dict(probe, failureThreshold=3),
         "livenessProbe": dict(probe, periodSeconds=max(30, s["probe_period_s"]), failureThreshold=5),
     })
+    # the signed release, where there is one: a new one is a new pod, which checks it at start
+    pod_annotations = dict({"minimax-m3/release": release},
+                           **({"minimax-m3/signed-release": spec["release"]["digest"]} if spec.get("release") else {}))
     pod = {"automountServiceAccountToken": False, "enableServiceLinks": False,
            "terminationGracePeriodSeconds": s["stop_timeout_s"],
            "tolerations": s["tolerations"] if s.get("tolerations") is not None else
@@ -652,6 +671,7 @@ def k8s_manifests(spec, settings):
     objects = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
             "app.kubernetes.io/managed-by": "ansible"}}},
+    ] + ([release_config] if release_config else []) + [
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
          "metadata": _k8s_meta(pvc_name, ns, weights_labels), "spec": pvc_spec},
         job,
@@ -660,7 +680,7 @@ def k8s_manifests(spec, settings):
          "spec": {"replicas": s["replicas"], "selector": {"matchLabels": selector},
                   # no surge: a second 8-GPU pod has nowhere to go; one pod at a time instead
                   "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-                  "template": {"metadata": {"labels": labels, "annotations": {"minimax-m3/release": release}},
+                  "template": {"metadata": {"labels": labels, "annotations": pod_annotations},
                                "spec": pod}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": _k8s_meta(name, ns, labels),
          "spec": {"type": "ClusterIP", "selector": selector,
@@ -687,6 +707,65 @@ def k8s_manifests(spec, settings):
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}},
     ]
     return objects
+
+
+# The signed release's check at every pod start (issue 33): the node unit's ExecStartPre script
+# (roles/model_server/files/check_release.py) and the shared code it imports, as the node has them
+# (helper_files), with the bundle and the trust list, in one ConfigMap laid out as on the node.
+K8S_RELEASE_DIR = "/release"
+K8S_RELEASE_CHECKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                   "roles", "model_server", "files", "check_release.py")
+
+
+def k8s_release_check(spec, s, revision, labels, security):
+    """(ConfigMap, init container, volume) that refuse to start the pod unless the signed release
+    verifies, offline, in the pod against the trust list in the ConfigMap (release_keys less
+    release_revoked: once playbooks/release-trust.yml patches a revocation in, the next start is
+    refused), and signs exactly the manifest the pre-fill wrote into the weights volume:
+    check_release.py, the node's own check, without the unit part (the objects are rendered from
+    the same spec). The weights-verified container after it binds the volume's bytes to that
+    manifest."""
+    config = k8s_release_trust(spec, s)
+    name = config["metadata"]["name"]
+    data = {"check_release.py": _read(K8S_RELEASE_CHECKER), "release.sig.json": spec["release_bundle"]}
+    data.update(config["data"])
+    items = [{"key": "check_release.py", "path": "check_release.py"},
+             {"key": "release.sig.json", "path": "release.sig.json"},
+             {"key": "release-trust.json", "path": "release-trust.json"}]
+    for helper in helper_files(""):
+        relpath = helper["dest"].lstrip("/")
+        key = relpath.replace("/", "__")
+        data[key] = helper["content"] if "content" in helper else _read(helper["src"])
+        items.append({"key": key, "path": relpath})
+    config = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": _k8s_meta(name, s["namespace"], labels,
+                                    annotations={"minimax-m3/signed-release": spec["release"]["digest"]}),
+              "data": data}
+    command = ["python3", K8S_RELEASE_DIR + "/check_release.py",
+               "--bundle", K8S_RELEASE_DIR + "/release.sig.json", "--trust", K8S_RELEASE_DIR + "/release-trust.json",
+               "--digest", spec["release"]["digest"], "--manifest", "/weights/%s.manifest.sha256" % revision]
+    init = {"name": "release-verified", "image": s["release_image"], "imagePullPolicy": "IfNotPresent",
+            "command": command, "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+            "volumeMounts": [{"name": "release", "mountPath": K8S_RELEASE_DIR, "readOnly": True},
+                             {"name": "weights", "mountPath": "/weights", "readOnly": True}],
+            "securityContext": security}
+    volume = {"name": "release", "configMap": {"name": name, "defaultMode": 0o444, "items": items}}
+    return config, init, volume
+
+
+def k8s_release_trust(spec, settings):
+    """The trust part of the release check's ConfigMap: its name and namespace and the trust list
+    (release_keys less release_revoked, as a node's release-trust.json). k8s_release_check builds
+    the ConfigMap on it; playbooks/release-trust.yml patches only this into a cluster, so a
+    revocation reaches the pods while k8s.yml refuses the revoked release."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "%s-release" % settings["name"], "namespace": settings["namespace"]},
+            "data": {"release-trust.json": json.dumps(spec["release_trust"], indent=4, sort_keys=True) + "\n"}}
+
+
+def _read(path):
+    with open(path) as handle:
+        return handle.read()
 
 
 def k8s_prefill_egress(server, port):
@@ -801,7 +880,7 @@ class FilterModule(object):
     model_server_hardening_args, model_server_msa_gate_argv, model_server_precompile_argv,
     model_server_precompile_steps, model_server_invocation, model_server_helper_files,
     model_server_shell_join, model_server_systemd_join, model_server_k8s_manifests,
-    model_server_k8s_problems, model_server_k8s_yaml."""
+    model_server_k8s_problems, model_server_k8s_release_trust, model_server_k8s_yaml."""
 
     def filters(self):
         return {
@@ -817,6 +896,7 @@ class FilterModule(object):
             "model_server_shell_join": shell_join,
             "model_server_systemd_join": systemd_join,
             "model_server_k8s_manifests": k8s_manifests,
+            "model_server_k8s_release_trust": k8s_release_trust,
             "model_server_k8s_problems": k8s_problems,
             "model_server_k8s_yaml": k8s_yaml,
         }

@@ -16,7 +16,7 @@ import jinja2
 import pytest
 from ansible.plugins.filter import core as ansible_core_filters
 
-from helpers import ROOT, install_node_checks, load_source, openssl_ec_keys, serving_args
+from helpers import ROOT, install_node_checks, k8s_settings, load_source, openssl_ec_keys, serving_args
 
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 
@@ -404,3 +404,115 @@ def test_the_recorded_busctl_reply_reads_as_the_units_docker_run():
     assert "HF_HUB_OFFLINE=1" in dr.option_values(parsed, "-e") and parsed["args"][0] == "/models/tiny-m3"
     assert checker.unit_path("minimax-m3.service").endswith("/minimax_2dm3_2eservice")
     assert checker.unit_path("2x.service").endswith("/_32x_2eservice")
+
+
+# The same check at every start of the engine's pod on Kubernetes (role model_server_k8s): its
+# first init container runs check_release.py from a ConfigMap that holds the script, the shared
+# code, the bundle and the trust list, against the manifest the pre-fill Job wrote into the weights
+# volume. No cluster runs here (docs/operations/kubernetes.md): the test lays the ConfigMap's items
+# out as the kubelet projects them and runs the init container's command with its mount paths
+# mapped to where the volumes lie.
+def pod_start(tmp_path, spec, trust=None, bundle=None, manifest=MANIFEST):
+    """(returncode, output, the objects) of the engine pod's release check for `spec`."""
+    objects = ms_filters.k8s_manifests(spec, k8s_settings())
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    init = pod["initContainers"][0]
+    assert init["name"] == "release-verified", "the pod's first init container is not the release check"
+    volume = next(v for v in pod["volumes"] if v["name"] == "release")["configMap"]
+    assert volume["name"] == config["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    assert all(m["readOnly"] for m in init["volumeMounts"])
+    where = {mounts["release"]: tmp_path / "release", mounts["weights"]: tmp_path / "weights"}
+    for item in volume["items"]:
+        path = where[mounts["release"]] / item["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(config["data"][item["key"]])
+    if trust is not None:
+        (where[mounts["release"]] / "release-trust.json").write_text(trust if isinstance(trust, str) else json.dumps(trust))
+    if bundle is not None:
+        (where[mounts["release"]] / "release.sig.json").write_text(bundle)
+    where[mounts["weights"]].mkdir()
+    (where[mounts["weights"]] / ("%s.manifest.sha256" % spec["weights"]["revision"])).write_bytes(manifest)
+
+    def mapped(token):
+        for mount, local in where.items():
+            if token == mount or token.startswith(mount + "/"):
+                return str(local) + token[len(mount):]
+        return token
+    assert init["command"][0] == "python3"
+    argv = [sys.executable] + [mapped(token) for token in init["command"][1:]]
+    env = dict(os.environ, **{e["name"]: e["value"] for e in init["env"]})
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    return run.returncode, run.stderr + run.stdout, objects
+
+
+def test_the_pod_starts_a_signed_release_and_its_objects_validate(tmp_path, keys):
+    from kubernetes_validate import utils as kubernetes_validate
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    rc, out, objects = pod_start(tmp_path, spec)
+    assert rc == 0, out
+    assert "signed release %s verified" % spec["release"]["digest"][:16] in out
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["minimax-m3/signed-release"] == spec["release"]["digest"]
+    assert deployment["spec"]["template"]["spec"]["initContainers"][1]["name"] == "weights-verified"
+    assert [o["kind"] for o in objects][:3] == ["Namespace", "ConfigMap", "PersistentVolumeClaim"]
+    for version in ("1.30.0", "1.37.0"):
+        for obj in objects:
+            kubernetes_validate.validate(json.loads(json.dumps(obj)), version, strict=True)
+
+
+@pytest.mark.parametrize("case,fragment", [
+    ("key revoked since (k8s.yml applied the new trust list)", "key 'site-2026'"),
+    ("bundle edited in the ConfigMap", "does not verify"),
+    ("manifest of another revision in the volume", "is not the signed one"),
+])
+def test_the_pod_refuses_to_start(tmp_path, keys, case, fragment):
+    bundle = bundle_of(keys)
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys))
+    trust, other_bundle, manifest = None, None, MANIFEST
+    if case.startswith("key revoked"):
+        trust = rs.trust_document(listed(keys), ["site-2026"])
+    elif case.startswith("bundle edited"):
+        doc = json.loads(bundle)
+        payload = json.loads(rs.envelope(bundle)[0])
+        payload["predicate"]["mm3_release"]["argv"].append("--enforce-eager")
+        doc["dsseEnvelope"]["payload"] = __import__("base64").b64encode(rs.payload_bytes(payload)).decode()
+        other_bundle = json.dumps(doc)
+    else:
+        manifest = MANIFEST + b"%s  extra.json\n" % (b"3" * 64)
+    rc, out, _ = pod_start(tmp_path, spec, trust=trust, bundle=other_bundle, manifest=manifest)
+    assert rc == 1, out
+    assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
+
+
+def test_an_unsigned_release_has_no_release_check_in_the_pod_and_a_signed_one_needs_its_image(keys):
+    objects = ms_filters.k8s_manifests(resolve(), k8s_settings())
+    assert "ConfigMap" not in [o["kind"] for o in objects]
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]][:1] == ["weights-verified"]
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    problems = ms_filters.k8s_problems(spec, k8s_settings(release_image=""))
+    assert problems == ["model_server_k8s_release_image is empty: set it (an image with python3 and "
+                        "python3-cryptography, by digest (registry/name@sha256:<64 hex>): the pod's first init "
+                        "container checks the signed release in it at every start)."]
+    assert ms_filters.k8s_problems(spec, k8s_settings(release_image="debian:12"))[0].startswith(
+        "model_server_k8s_release_image is 'debian:12': set an image with python3")
+
+
+def test_a_revocation_reaches_the_pods_as_release_trust_yml_patches_it(tmp_path, keys):
+    """k8s.yml refuses a revoked release, so release-trust.yml merges the new trust list alone into
+    the ConfigMap (kubernetes.core.k8s state=patched, a JSON merge patch): the patch names the
+    ConfigMap the Deployment mounts, and with its trust list the pod's next start is refused."""
+    spec = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys))
+    objects = ms_filters.k8s_manifests(spec, k8s_settings())
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    revoked = resolve(release_bundle=bundle_of(keys), release_keys=listed(keys), release_revoked=["site-2026"])
+    assert revoked["release"] is None and revoked["blockers"]   # the serving role stops k8s.yml there
+    patch = ms_filters.k8s_release_trust(revoked, k8s_settings())
+    assert {k: patch["metadata"][k] for k in ("name", "namespace")} == {
+        k: config["metadata"][k] for k in ("name", "namespace")}
+    assert set(patch["data"]) < set(config["data"])
+    rc, out, _ = pod_start(tmp_path, spec, trust=patch["data"]["release-trust.json"])
+    assert rc == 1 and "key 'site-2026'" in out, out
