@@ -164,7 +164,9 @@ def test_the_trust_file_is_the_inventorys_keys_less_its_revocations(keys):
     assert resolve(release_keys=[{"name": "x", "public_key": "not a key"}])["release_trust"] is None
 
 
-@pytest.mark.parametrize("case,fragment", [
+# What a start finds changed since the release was signed and trusted: the same cases for the
+# node's unit and the Kubernetes pod.
+REFUSED_STARTS = [
     ("key revoked since (release-trust.yml)", "key 'site-2026'"),
     ("release revoked since", "is revoked (release_revoked)"),
     ("key expired on the node's clock", "expired on 2020-01-01"),
@@ -173,10 +175,11 @@ def test_the_trust_file_is_the_inventorys_keys_less_its_revocations(keys):
     ("bundle edited after signing", "does not verify"),
     ("manifest of another revision", "is not the signed one"),
     ("trust file not JSON", "the trust file is not JSON"),
-])
-def test_the_node_refuses_to_start(tmp_path, keys, case, fragment):
-    bundle = bundle_of(keys)
-    spec = resolve(release_bundle=bundle, release_keys=listed(keys))
+]
+
+
+def changed_since(keys, spec, bundle, case):
+    """(trust, bundle, manifest) a start finds for `case` (None: as rendered)."""
     trust, other_bundle, manifest = None, None, MANIFEST
     if case.startswith("key revoked"):
         trust = rs.trust_document(listed(keys), ["site-2026"])
@@ -198,6 +201,14 @@ def test_the_node_refuses_to_start(tmp_path, keys, case, fragment):
         manifest = MANIFEST + b"%s  extra.json\n" % (b"3" * 64)
     elif case.startswith("trust file"):
         trust = "{"
+    return trust, other_bundle, manifest
+
+
+@pytest.mark.parametrize("case,fragment", REFUSED_STARTS)
+def test_the_node_refuses_to_start(tmp_path, keys, case, fragment):
+    bundle = bundle_of(keys)
+    spec = resolve(release_bundle=bundle, release_keys=listed(keys))
+    trust, other_bundle, manifest = changed_since(keys, spec, bundle, case)
     rc, out = node(tmp_path, spec, trust=trust, bundle=other_bundle, manifest=manifest)
     assert rc == 1, out
     assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
@@ -463,25 +474,11 @@ def test_the_pod_starts_a_signed_release_and_its_objects_validate(tmp_path, keys
             kubernetes_validate.validate(json.loads(json.dumps(obj)), version, strict=True)
 
 
-@pytest.mark.parametrize("case,fragment", [
-    ("key revoked since (k8s.yml applied the new trust list)", "key 'site-2026'"),
-    ("bundle edited in the ConfigMap", "does not verify"),
-    ("manifest of another revision in the volume", "is not the signed one"),
-])
+@pytest.mark.parametrize("case,fragment", REFUSED_STARTS)
 def test_the_pod_refuses_to_start(tmp_path, keys, case, fragment):
     bundle = bundle_of(keys)
     spec = resolve(release_bundle=bundle, release_keys=listed(keys))
-    trust, other_bundle, manifest = None, None, MANIFEST
-    if case.startswith("key revoked"):
-        trust = rs.trust_document(listed(keys), ["site-2026"])
-    elif case.startswith("bundle edited"):
-        doc = json.loads(bundle)
-        payload = json.loads(rs.envelope(bundle)[0])
-        payload["predicate"]["mm3_release"]["argv"].append("--enforce-eager")
-        doc["dsseEnvelope"]["payload"] = __import__("base64").b64encode(rs.payload_bytes(payload)).decode()
-        other_bundle = json.dumps(doc)
-    else:
-        manifest = MANIFEST + b"%s  extra.json\n" % (b"3" * 64)
+    trust, other_bundle, manifest = changed_since(keys, spec, bundle, case)
     rc, out, _ = pod_start(tmp_path, spec, trust=trust, bundle=other_bundle, manifest=manifest)
     assert rc == 1, out
     assert out.startswith("minimax-m3: refusing to start: ") and fragment in out, out
