@@ -727,20 +727,17 @@ def k8s_release_check(spec, s, revision, labels, security):
     manifest."""
     config = k8s_release_trust(spec, s)
     name = config["metadata"]["name"]
-    data = {"check_release.py": _read(K8S_RELEASE_CHECKER), "release.sig.json": spec["release_bundle"]}
-    data.update(config["data"])
-    items = [{"key": "check_release.py", "path": "check_release.py"},
-             {"key": "release.sig.json", "path": "release.sig.json"},
-             {"key": "release-trust.json", "path": "release-trust.json"}]
+    data = dict(config["data"], **{"check_release.py": _read(K8S_RELEASE_CHECKER),
+                                   "release.sig.json": spec["release_bundle"]})
+    items = [{"key": key, "path": key} for key in data]
     for helper in helper_files(""):
         relpath = helper["dest"].lstrip("/")
         key = relpath.replace("/", "__")
         data[key] = helper["content"] if "content" in helper else _read(helper["src"])
         items.append({"key": key, "path": relpath})
-    config = {"apiVersion": "v1", "kind": "ConfigMap",
-              "metadata": _k8s_meta(name, s["namespace"], labels,
-                                    annotations={"minimax-m3/signed-release": spec["release"]["digest"]}),
-              "data": data}
+    config.update(metadata=_k8s_meta(name, s["namespace"], labels,
+                                     annotations={"minimax-m3/signed-release": spec["release"]["digest"]}),
+                  data=data)
     command = ["python3", K8S_RELEASE_DIR + "/check_release.py",
                "--bundle", K8S_RELEASE_DIR + "/release.sig.json", "--trust", K8S_RELEASE_DIR + "/release-trust.json",
                "--digest", spec["release"]["digest"], "--manifest", "/weights/%s.manifest.sha256" % revision]
@@ -760,7 +757,14 @@ def k8s_release_trust(spec, settings):
     revocation reaches the pods while k8s.yml refuses the revoked release."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "%s-release" % settings["name"], "namespace": settings["namespace"]},
-            "data": {"release-trust.json": json.dumps(spec["release_trust"], indent=4, sort_keys=True) + "\n"}}
+            "data": {"release-trust.json": release_trust_text(spec["release_trust"])}}
+
+
+def release_trust_text(trust):
+    """The text of a release-trust.json (serving_spec.release_trust: the keys and revocations a
+    start check reads), one form for the node's file (role model_server, tasks/trust.yml) and the
+    pods' ConfigMap: JSON, keys sorted, 4-space indent, as Ansible's to_nice_json writes it."""
+    return json.dumps(trust, indent=4, sort_keys=True) + "\n"
 
 
 def _read(path):
@@ -880,7 +884,8 @@ class FilterModule(object):
     model_server_hardening_args, model_server_msa_gate_argv, model_server_precompile_argv,
     model_server_precompile_steps, model_server_invocation, model_server_helper_files,
     model_server_shell_join, model_server_systemd_join, model_server_k8s_manifests,
-    model_server_k8s_problems, model_server_k8s_release_trust, model_server_k8s_yaml."""
+    model_server_k8s_problems, model_server_k8s_release_trust, model_server_k8s_yaml,
+    model_server_release_trust_text."""
 
     def filters(self):
         return {
@@ -897,6 +902,7 @@ class FilterModule(object):
             "model_server_systemd_join": systemd_join,
             "model_server_k8s_manifests": k8s_manifests,
             "model_server_k8s_release_trust": k8s_release_trust,
+            "model_server_release_trust_text": release_trust_text,
             "model_server_k8s_problems": k8s_problems,
             "model_server_k8s_yaml": k8s_yaml,
         }

@@ -33,7 +33,8 @@ def test_filters_registered():
         "model_server_invocation",
         "model_server_shell_join", "model_server_helper_files",
         "model_server_systemd_join", "model_server_k8s_manifests", "model_server_k8s_problems",
-        "model_server_k8s_release_trust", "model_server_k8s_yaml"}
+        "model_server_k8s_release_trust", "model_server_k8s_yaml",
+        "model_server_release_trust_text"}
 
 
 def test_merge_is_recursive_and_replaces_lists():
