@@ -7,6 +7,7 @@ tests (tests/test_plan_golden.py) compare what playbooks/plan.yml renders with t
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib
 import json
@@ -409,7 +410,24 @@ def _k8s_string_map(value, where, problems):
 def k8s_problems(spec, settings):
     """Every reason the Kubernetes objects of `spec` cannot be rendered or applied as `settings`
     ask (the central check of model_server_k8s_*: names, ranges, quantities, the pinned image,
-    the weights pin and the staging source), each naming the fix; empty when they can."""
+    the weights pin and the staging source, then the rendered objects' sizes against what an API
+    server admits), each naming the fix; empty when they can."""
+    return _k8s_checked(spec, settings)[0]
+
+
+def _k8s_checked(spec, settings):
+    """(problems, objects): the objects are rendered once the inputs pass, and refused (None) when
+    the API server would refuse one of them (k8s_size_problems)."""
+    problems = _k8s_input_problems(spec, settings)
+    if problems:
+        return problems, None
+    objects = _k8s_objects(spec, settings)
+    problems = k8s_size_problems(objects)
+    return problems, None if problems else objects
+
+
+def _k8s_input_problems(spec, settings):
+    """k8s_problems of the inputs alone, before anything is rendered."""
     p = []
     s = settings or {}
     dns = "a DNS-1123 label (lower-case letters, digits and '-', at most 63)"
@@ -516,9 +534,14 @@ def k8s_manifests(spec, settings):
     NetworkPolicy admitting only the gateway's namespace, a PodDisruptionBudget. Refused
     (AnsibleFilterError, every reason) when k8s_problems finds any. No secret value is in
     them: the engine's API key and the rsync password are Secrets referenced by name."""
-    problems = k8s_problems(spec, settings)
+    problems, objects = _k8s_checked(spec, settings)
     if problems:
         raise AnsibleFilterError("refusing to render the Kubernetes objects: " + " ".join(problems))
+    return objects
+
+
+def _k8s_objects(spec, settings):
+    """k8s_manifests' objects, once _k8s_input_problems found nothing."""
     s = settings
     name, ns = s["name"], s["namespace"]
     weights = spec["weights"]
@@ -707,6 +730,50 @@ def k8s_manifests(spec, settings):
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}}},
     ]
     return objects
+
+
+# What an API server admits of one object (kubernetes pkg/apis/core/validation/validation.go,
+# ValidateConfigMap: a ConfigMap's data and binaryData values, their lengths in bytes summed, at
+# most core.MaxSecretSize, 1 MiB; apimachinery pkg/api/validation/objectmeta.go,
+# ValidateAnnotationsSize: an object's annotations, keys and values summed, at most
+# TotalAnnotationSizeLimitB, 256 KiB), with the annotation that kubernetes.core.k8s apply: true
+# adds to every object it applies (plugins/module_utils/apply.py, annotate: the object itself as
+# compact JSON, keys sorted).
+K8S_CONFIGMAP_MAX = 1024 * 1024
+K8S_ANNOTATIONS_MAX = 256 * 1024
+K8S_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def k8s_size_problems(objects):
+    """Each rendered object an API server would refuse for its size, as role model_server_k8s
+    applies it (kubernetes.core.k8s apply: true), with its largest data items and the fix; empty
+    when all fit. Checked before the first object is applied, so a refusal leaves the cluster as
+    it was instead of half-applied."""
+    problems = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        what = "%s %s" % (obj.get("kind"), meta.get("name"))
+        data = {key: len(value.encode()) for key, value in (obj.get("data") or {}).items()}
+        data.update((key, len(base64.b64decode(value))) for key, value in (obj.get("binaryData") or {}).items())
+        largest = ", ".join("%s %s bytes" % (key, format(size, ",")) for key, size in sorted(
+            data.items(), key=lambda item: (-item[1], item[0]))[:3])
+        annotations = dict(meta.get("annotations") or {})
+        annotations[K8S_LAST_APPLIED] = json.dumps(obj, separators=(",", ":"), sort_keys=True)
+        annotated = sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
+        fix = ("; its largest items: %s. The bundle grows with the files the signed release lists, the "
+               "trust list with serving_release_keys (retire the keys no release needs); a release too "
+               "large to check in a pod is served from nodes (playbooks/site.yml), whose start check has "
+               "no such limit." % largest) if data else (
+               ": shorten the model_server_k8s_* and serving_* values it is rendered from.")
+        if obj.get("kind") == "ConfigMap" and sum(data.values()) > K8S_CONFIGMAP_MAX:
+            problems.append("%s would hold %s bytes of data, more than the %s an API server admits in one "
+                            "ConfigMap%s" % (what, format(sum(data.values()), ","), format(K8S_CONFIGMAP_MAX, ","), fix))
+        if annotated > K8S_ANNOTATIONS_MAX:
+            problems.append("%s would carry %s bytes of annotations once applied (%s, the object itself, "
+                            "which kubernetes.core.k8s apply: true records), more than the %s an API server "
+                            "admits on one object%s" % (what, format(annotated, ","), K8S_LAST_APPLIED,
+                                                       format(K8S_ANNOTATIONS_MAX, ","), fix))
+    return problems
 
 
 # The signed release's check at every pod start (issue 33): the node unit's ExecStartPre script

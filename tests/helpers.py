@@ -281,3 +281,22 @@ def k8s_settings(**overrides):
         out[key] = copy.deepcopy(values[name]) if name in values else template
     out.update(overrides)
     return out
+
+
+# What a Kubernetes API server admits of one object, as its source says (not as the filter under
+# test says): a ConfigMap's data and binaryData, their lengths summed, at most core.MaxSecretSize
+# (kubernetes pkg/apis/core/validation/validation.go, ValidateConfigMap); an object's annotations,
+# keys and values summed, at most TotalAnnotationSizeLimitB (apimachinery
+# pkg/api/validation/objectmeta.go, ValidateAnnotationsSize).
+API_CONFIGMAP_MAX = 1 * 1024 * 1024
+API_ANNOTATIONS_MAX = 256 * (1 << 10)
+
+
+def applied_annotations_size(obj):
+    """The bytes of `obj`'s annotations an API server counts once kubernetes.core.k8s (apply: true,
+    as role model_server_k8s applies) has created it: the object merged with the collection's own
+    annotate() (its last-applied record), as its apply_object does for a new object."""
+    from ansible.module_utils.common.dict_transformations import dict_merge
+    from ansible_collections.kubernetes.core.plugins.module_utils.apply import annotate
+    annotations = dict_merge(obj, annotate(obj))["metadata"]["annotations"]
+    return sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())

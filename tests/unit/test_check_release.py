@@ -16,7 +16,10 @@ import jinja2
 import pytest
 from ansible.plugins.filter import core as ansible_core_filters
 
-from helpers import ROOT, install_node_checks, k8s_settings, load_source, openssl_ec_keys, serving_args
+from ansible.errors import AnsibleFilterError
+
+from helpers import (API_ANNOTATIONS_MAX, ROOT, applied_annotations_size, install_node_checks, k8s_settings,
+                     load_source, openssl_ec_keys, serving_args)
 
 from ansible_collections.mm3.shared.plugins.module_utils import release_signing as rs  # noqa: E402
 
@@ -513,3 +516,31 @@ def test_a_revocation_reaches_the_pods_as_release_trust_yml_patches_it(tmp_path,
     assert set(patch["data"]) < set(config["data"])
     rc, out, _ = pod_start(tmp_path, spec, trust=patch["data"]["release-trust.json"])
     assert rc == 1 and "key 'site-2026'" in out, out
+
+
+def shards(count):
+    return [("model-%05d-of-%05d.safetensors" % (i + 1, count), "%064x" % (i + 1)) for i in range(count)]
+
+
+def test_a_release_too_large_to_check_in_a_pod_is_refused_before_anything_is_applied(keys):
+    """The pod's ConfigMap holds the check's code, the trust list and the bundle (about 250 bytes a
+    file the release lists), and kubernetes.core.k8s apply: true records the whole object in an
+    annotation, which an API server caps at 256 KiB an object. A release of 400 files renders and
+    its ConfigMap fits once applied (measured with the collection's own annotate()); one of 700
+    does not fit, and k8s_problems (which role model_server_k8s asserts before its first apply)
+    refuses it, naming the limit, the bundle and where such a release is served instead."""
+    spec = resolve(release_bundle=bundle_of(keys, files=shards(400)), release_keys=listed(keys))
+    assert ms_filters.k8s_problems(spec, k8s_settings()) == []
+    config = next(o for o in ms_filters.k8s_manifests(spec, k8s_settings()) if o["kind"] == "ConfigMap")
+    assert applied_annotations_size(config) <= API_ANNOTATIONS_MAX
+    big = resolve(release_bundle=bundle_of(keys, files=shards(700)), release_keys=listed(keys))
+    assert big["release"] and not big["blockers"]
+    problems = ms_filters.k8s_problems(big, k8s_settings())
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("ConfigMap minimax-m3-release would carry ") and (
+        "more than the 262,144 an API server admits on one object; its largest items: release.sig.json "
+        in problems[0]) and "served from nodes (playbooks/site.yml)" in problems[0], problems
+    with pytest.raises(AnsibleFilterError, match="refusing to render the Kubernetes objects: ConfigMap minimax-m3-release"):
+        ms_filters.k8s_manifests(big, k8s_settings())
+    unchecked = next(o for o in ms_filters._k8s_objects(big, k8s_settings()) if o["kind"] == "ConfigMap")
+    assert applied_annotations_size(unchecked) > API_ANNOTATIONS_MAX   # what the API server would refuse

@@ -2,6 +2,7 @@
 every model_server_k8s_* value and of what the pod is made of (k8s_problems), each refusal
 naming its fix, and the refusal of k8s_manifests itself. The spec comes from the real matrix;
 the settings from the role's own defaults with the site's values filled in."""
+import base64
 import pathlib
 import sys
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(ROOT / "filter_plugins"))
 import model_server as ms  # noqa: E402
 import serving  # noqa: E402
 from helpers import k8s_settings as settings  # noqa: E402
+from helpers import API_ANNOTATIONS_MAX, API_CONFIGMAP_MAX, applied_annotations_size  # noqa: E402
 from helpers import serving_args  # noqa: E402
 
 SEED_DIGEST = "sha256:de63ac56df5d7b064451e21147eaab89634a02332d830ca8c01cb8c033b3a78f"
@@ -118,6 +120,48 @@ def test_unpinned_weights_are_refused():
     assert any("is not pinned: set serving_weights_manifest_sha256" in p for p in problems), problems
     problems = ms.k8s_problems(spec(weights_revision="main"), settings())
     assert any("is not a full commit sha" in p for p in problems), problems
+
+
+def _configmap(data, binary=None, annotations=None):
+    meta = {"name": "big", "namespace": "minimax-m3"}
+    if annotations:
+        meta["annotations"] = annotations
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+    if binary:
+        obj["binaryData"] = binary
+    return obj
+
+
+def test_an_object_the_api_server_refuses_for_its_size_is_refused_from_one_byte_over_its_limit():
+    """Annotations as kubernetes.core.k8s apply: true leaves them (its own annotate(): the object
+    recorded in one) fit at 256 KiB and are refused one byte over, the object's own annotations
+    counted with it; a ConfigMap's data, summed over its items and binaryData's decoded bytes, fits
+    at 1 MiB and is refused one byte over. Each refusal names the object, its size and the limit."""
+    room = API_ANNOTATIONS_MAX - applied_annotations_size(_configmap({"a": ""}))
+    fits = _configmap({"a": "x" * room})
+    assert applied_annotations_size(fits) == API_ANNOTATIONS_MAX and ms.k8s_size_problems([fits]) == []
+    over = _configmap({"a": "x" * (room + 1)})
+    problems = ms.k8s_size_problems([over])
+    assert len(problems) == 1 and problems[0].startswith(
+        "ConfigMap big would carry 262,145 bytes of annotations once applied (kubectl.kubernetes.io/"
+        "last-applied-configuration, the object itself, which kubernetes.core.k8s apply: true records), "
+        "more than the 262,144 an API server admits on one object; its largest items: a "), problems
+    own = {"example.com/n": "1234567"}   # 20 bytes an API server counts beside the record
+    room = API_ANNOTATIONS_MAX - applied_annotations_size(_configmap({"a": ""}, annotations=own))
+    assert ms.k8s_size_problems([_configmap({"a": "x" * room}, annotations=own)]) == []
+    assert ms.k8s_size_problems([_configmap({"a": "x" * (room + 10)}, annotations=own)])   # the record alone: 10 under
+    half = API_CONFIGMAP_MAX // 2
+    at_limit = _configmap({"a": "x" * half, "b": "y" * (half - 7)}, binary={"c": base64.b64encode(b"z" * 7).decode()})
+    assert not any("bytes of data" in p for p in ms.k8s_size_problems([at_limit]))
+    one_over = _configmap({"a": "x" * half, "b": "y" * (half - 7)}, binary={"c": base64.b64encode(b"z" * 8).decode()})
+    data = [p for p in ms.k8s_size_problems([one_over]) if "bytes of data" in p]
+    assert data and data[0].startswith("ConfigMap big would hold 1,048,577 bytes of data, more than the 1,048,576 "
+                                       "an API server admits in one ConfigMap; its largest items: a 524,288 bytes, "
+                                       "b 524,281 bytes, c 8 bytes."), data
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "minimax-m3"},
+                  "spec": {"x": "y" * API_ANNOTATIONS_MAX}}
+    assert ms.k8s_size_problems([deployment])[0].endswith(
+        "admits on one object: shorten the model_server_k8s_* and serving_* values it is rendered from.")
 
 
 def test_the_cpu_lab_row_asks_for_no_gpu():
